@@ -1,0 +1,251 @@
+"""The kernel registry and the one place that chooses a kernel: matmul() and explain().
+
+A kernel declares the (weight key, activation key) pairs it honours, its platforms and minimum
+compute capability, its shape constraints and whether its deterministic mode is batch-invariant.
+Selection is a pure function of (platform, spec, shapes, options); explain() shows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from . import formats
+from .errors import UnsupportedSpecError
+from .qweight import QuantizedWeight
+from .spec import Granularity, QuantKey, QuantSpec
+
+__all__ = ["KeyPattern", "Kernel", "register_kernel", "registered_kernels", "matmul", "explain",
+           "Explanation", "WEIGHT_ONLY", "current_platform"]
+
+_UNSET = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyPattern:
+    """A set of QuantKeys: each field None (anything) or a tuple of accepted values."""
+
+    dtype: tuple[str, ...] | None = None
+    granularity: tuple[Granularity, ...] | None = None
+    scale_dtype: tuple[str, ...] | None = None
+    dynamic: tuple[bool, ...] | None = None
+    block: tuple[tuple[int, int], ...] | None = None
+    group_size: tuple[int, ...] | None = None
+    global_scale: tuple[bool, ...] | None = None  # whether a global scale is present
+
+    def mismatch(self, key: QuantKey) -> str | None:
+        got = {"dtype": key.dtype, "granularity": key.granularity, "scale_dtype": key.scale_dtype,
+               "dynamic": key.dynamic, "block": key.block, "group_size": key.group_size,
+               "global_scale": key.global_scale is not None}
+        for field, value in got.items():
+            allowed = getattr(self, field)
+            if allowed is not None and value not in allowed:
+                shown = [getattr(a, "value", a) for a in allowed]
+                return f"{field}={getattr(value, 'value', value)!r} (honours {shown})"
+        return None
+
+
+ANY = KeyPattern()
+WEIGHT_ONLY = None  # activation pattern meaning "activations stay floating point"
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    name: str
+    impl: Callable[..., jax.Array]  # impl(x2d, qw, *, spec, deterministic, interpret) -> (M, N)
+    honours: tuple[tuple[KeyPattern, KeyPattern | None | object], ...]
+    platforms: tuple[str, ...]
+    batch_invariant: bool  # deterministic=True yields row results independent of M
+    priority: int = 0
+    min_compute_capability: tuple[int, int] | None = None
+    interpret_on: tuple[str, ...] = ()  # platforms where a *forced* run uses Pallas interpret mode
+    check_shapes: Callable[[int, int, QuantizedWeight], str | None] | None = None
+    description: str = ""
+
+    def spec_mismatch(self, spec: QuantSpec) -> str | None:
+        reasons = []
+        for wpat, apat in self.honours:
+            why = wpat.mismatch(spec.weight)
+            if why:
+                reasons.append(f"weight {why}")
+                continue
+            if apat is ANY_ACTIVATION:
+                return None
+            if apat is WEIGHT_ONLY:
+                if spec.activation is None:
+                    return None
+                reasons.append("computes weight-only (floating-point activations) but the spec "
+                               f"quantizes activations [{spec.activation.describe()}]")
+                continue
+            if spec.activation is None:
+                reasons.append("needs quantized activations but the spec is weight-only")
+                continue
+            why = apat.mismatch(spec.activation)
+            if why:
+                reasons.append(f"activation {why}")
+                continue
+            return None
+        return "; ".join(dict.fromkeys(reasons)) or "declares no spec"
+
+
+ANY_ACTIVATION = object()  # activation pattern: any activation key, or none
+_REGISTRY: dict[str, Kernel] = {}
+
+
+@functools.cache
+def _jitted(name: str) -> Callable[..., jax.Array]:
+    # Always compiled, also when called eagerly: op-by-op execution rewrites divisions by a
+    # broadcast differently from a fused computation, which would make results depend on mode.
+    return jax.jit(_REGISTRY[name].impl, static_argnames=("spec", "deterministic", "interpret"))
+
+
+def register_kernel(kernel: Kernel) -> Kernel:
+    if kernel.name in _REGISTRY and _REGISTRY[kernel.name] is not kernel:
+        raise ValueError(f"kernel {kernel.name!r} is already registered")
+    _REGISTRY[kernel.name] = kernel
+    return kernel
+
+
+def registered_kernels() -> dict[str, Kernel]:
+    _load_builtin_kernels()
+    return dict(_REGISTRY)
+
+
+@functools.cache
+def _load_builtin_kernels() -> None:
+    importlib.import_module("jqlin.kernels")  # registers the built-in kernels on import
+
+
+def current_platform() -> tuple[str, tuple[int, int] | None]:
+    """('cpu' | 'gpu' | 'tpu', compute capability or None) of the default device."""
+    dev = jax.devices()[0]
+    platform = {"cuda": "gpu", "rocm": "gpu"}.get(dev.platform, dev.platform)
+    cc = getattr(dev, "compute_capability", None)
+    if cc:
+        major, minor = (int(v) for v in str(cc).split(".")[:2])
+        return platform, (major, minor)
+    return platform, None
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    chosen: str | None
+    spec: QuantSpec
+    weight_only: bool
+    deterministic: bool
+    interpret: bool
+    platform: str
+    rejected: dict[str, str]
+    requested: str
+
+    def __str__(self) -> str:
+        name = formats.name_of(self.spec) or "unnamed spec"
+        lines = [f"spec: {name}: {self.spec.describe()}",
+                 f"platform: {self.platform}; kernel requested: {self.requested}; "
+                 f"deterministic={self.deterministic}"]
+        if self.weight_only:
+            lines.append("weight_only=True: activations are NOT quantized although the stored "
+                         "spec asks for it (explicit opt-in)")
+        if self.chosen:
+            mode = " (Pallas interpret mode)" if self.interpret else ""
+            lines.append(f"chosen: {self.chosen}{mode}")
+        else:
+            lines.append("chosen: none")
+        for kname, why in self.rejected.items():
+            lines.append(f"  rejected {kname}: {why}")
+        return "\n".join(lines)
+
+
+def _check_x(x_shape: Sequence[int], x_dtype, qw: QuantizedWeight) -> None:
+    if not isinstance(qw, QuantizedWeight):
+        raise TypeError(f"qw must be a jqlin.QuantizedWeight, got {type(qw).__name__}")
+    if len(x_shape) < 1 or x_shape[-1] != qw.shape[1]:
+        raise ValueError(f"x has shape {tuple(x_shape)}; expected (..., {qw.shape[1]}) "
+                         f"to match the weight's in_features K={qw.shape[1]}")
+    if not jnp.issubdtype(x_dtype, jnp.floating):
+        raise ValueError(f"x must be floating point (bf16/f16/f32), got {x_dtype}")
+
+
+def _select(m: int, qw: QuantizedWeight, kernel: str, deterministic: bool,
+            weight_only: bool) -> Explanation:
+    _load_builtin_kernels()
+    spec = qw.spec.without_activation() if weight_only else qw.spec
+    platform, cc = current_platform()
+    rejected: dict[str, str] = {}
+    forced = kernel != "auto"
+    if forced and kernel not in _REGISTRY:
+        raise UnsupportedSpecError(
+            f"kernel={kernel!r} is not a registered kernel; registered: {sorted(_REGISTRY)}")
+    spec_problem = None
+    if deterministic and spec.activation is not None and not spec.activation.row_local:
+        spec_problem = ("deterministic=True: dynamic per-tensor activation scales depend on "
+                        "every row of the batch, so no kernel can be batch-invariant")
+    candidates = [_REGISTRY[kernel]] if forced else sorted(
+        _REGISTRY.values(), key=lambda k: -k.priority)
+    chosen, interpret = None, False
+    for k in candidates:
+        why = spec_problem or k.spec_mismatch(spec)
+        run_interpret = False
+        if why is None and platform not in k.platforms:
+            if forced and platform in k.interpret_on:
+                run_interpret = True
+            else:
+                why = f"runs on {list(k.platforms)}, this is {platform}"
+        if why is None and k.min_compute_capability and not run_interpret:
+            if cc is None or cc < k.min_compute_capability:
+                why = (f"needs compute capability >= {k.min_compute_capability}, "
+                       f"device has {cc}")
+        if why is None and deterministic and not k.batch_invariant:
+            why = "deterministic=True but this kernel is not batch-invariant"
+        if why is None and k.check_shapes is not None:
+            why = k.check_shapes(m, qw.shape[1], qw)
+        if why is None:
+            chosen, interpret = k.name, run_interpret
+            break
+        rejected[k.name] = why
+    return Explanation(chosen, spec, weight_only and qw.spec.activation is not None,
+                       deterministic, interpret, platform, rejected, kernel)
+
+
+def explain(x: Any, qw: QuantizedWeight, *, kernel: str = "auto", deterministic: bool = False,
+            weight_only: bool = False) -> Explanation:
+    """Which kernel `matmul` would run for these arguments, and why every other was rejected.
+
+    `x` may be an array, a ShapeDtypeStruct or a shape tuple."""
+    shape = tuple(x) if isinstance(x, (tuple, list)) else tuple(x.shape)
+    dtype = jnp.float32 if isinstance(x, (tuple, list)) else x.dtype
+    _check_x(shape, dtype, qw)
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    return _select(m, qw, kernel, deterministic, weight_only)
+
+
+def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
+           deterministic: bool = False, weight_only: bool = False) -> jax.Array:
+    """y = x @ W.T for a quantized W: x (..., K) -> (..., N) in x's dtype.
+
+    kernel: "auto" or a registered kernel name (forcing a kernel that cannot honour the spec
+    raises UnsupportedSpecError; nothing falls back silently).
+    deterministic: batch-invariant results (row i bitwise independent of M and other rows).
+    weight_only: explicit opt-in to run a spec that quantizes activations with floating-point
+    activations instead (never chosen implicitly).
+    """
+    x = jnp.asarray(x)
+    _check_x(x.shape, x.dtype, qw)
+    lead = x.shape[:-1]
+    m = 1
+    for d in lead:
+        m *= d
+    ex = _select(m, qw, kernel, deterministic, weight_only)
+    if ex.chosen is None:
+        raise UnsupportedSpecError(
+            "no kernel can run this matmul:\n" + str(ex))
+    y = _jitted(ex.chosen)(x.reshape(m, qw.shape[1]), qw, spec=ex.spec,
+                           deterministic=deterministic, interpret=ex.interpret)
+    return y.reshape(*lead, qw.shape[0])

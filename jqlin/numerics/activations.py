@@ -1,0 +1,98 @@
+"""Activation quantization: static scales and the producers' dynamic rules (FORMATS.md sec. 10).
+
+Every function takes a float (M, Kp) activation padded with zeros to whole groups along K
+(zero padding never changes a group's amax) and returns element codes plus float32
+dequantization scales shaped like the key's grid: (1,1) tensor, (M,1) token, (M, Kp/g) group.
+Everything is computed in float32. Only TENSOR-dynamic keys look beyond one row.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
+from .e8m0 import e8m0_to_f32, exponent_ct, exponent_modelopt
+from .fp4 import E2M1_MAX, cast_e2m1
+from .fp8 import E4M3_MAX, cast_e4m3
+from .tiling import expand, tile_amax
+from .weights import E4M3_EPS, _MX_EMAX, family
+
+F32 = jnp.float32
+_VLLM_MIN_SCALE = 1.0 / (E4M3_MAX * 512.0)  # vLLM's CUDA per-token kernels floor the scale here
+
+
+def quantize_activation(x: jax.Array, key: QuantKey, input_scale: jax.Array | None = None):
+    """Returns (q, scale): codes in the key's element dtype (unpacked) and f32 dequant scales."""
+    xf = x.astype(F32)
+    fam = family(key)
+    if fam == "fp8":
+        return _fp8(xf, key, input_scale)
+    if fam == "mx":
+        return _mx(xf, key)
+    return _nvfp4(xf, key, input_scale)
+
+
+def fake_quantize_activation(x: jax.Array, key: QuantKey,
+                             input_scale: jax.Array | None = None) -> jax.Array:
+    """Quantize-dequantize in float32: what the producer's forward feeds the matmul."""
+    q, s = quantize_activation(x, key, input_scale)
+    return q.astype(F32) * expand(s, *q.shape)
+
+
+def _need_static(key: QuantKey, input_scale):
+    if input_scale is None:
+        raise ValueError(
+            f"activation key [{key.describe()}] needs a static input_scale, and none was given")
+    return jnp.asarray(input_scale, F32).reshape(())
+
+
+def _fp8(xf, key, input_scale):
+    if not key.dynamic:
+        s = _need_static(key, input_scale)
+        if key.rule is ScaleRule.MODELOPT:
+            inv = E4M3_MAX / (s * E4M3_MAX)  # ModelOpt multiplies by 448/amax, then divides back
+            q = cast_e4m3(xf * inv)
+            return q, jnp.reshape(1.0 / inv, (1, 1))
+        q = cast_e4m3(xf / s)
+        return q, jnp.reshape(s, (1, 1))
+    s = tile_amax(xf, key) / E4M3_MAX
+    if key.rule is ScaleRule.VLLM:
+        s = jnp.maximum(s, _VLLM_MIN_SCALE)
+    else:
+        s = jnp.where(s == 0, jnp.finfo(F32).eps, s)
+    q = cast_e4m3(xf / expand(s, *xf.shape))
+    return q, s
+
+
+def _mx(xf, key):
+    if key.granularity is not Granularity.GROUP or not key.dynamic:
+        raise ValueError(f"MX activations are dynamic groups along K, got [{key.describe()}]")
+    amax = tile_amax(xf, key)
+    if key.rule is ScaleRule.MODELOPT:
+        u = exponent_modelopt(amax, key.max_value)
+        scaled = xf * expand(e8m0_to_f32((254 - u.astype(jnp.int32)).astype(jnp.uint8)), *xf.shape)
+        ties = "zero"
+    else:
+        u = exponent_ct(amax, _MX_EMAX[key.dtype])
+        scaled = xf / expand(e8m0_to_f32(u), *xf.shape)
+        ties = "even"
+    q = cast_e2m1(scaled, ties=ties) if key.is_fp4 else cast_e4m3(scaled)
+    return q, e8m0_to_f32(u)
+
+
+def _nvfp4(xf, key, input_scale):
+    g = _need_static(key, input_scale)
+    amax = tile_amax(xf, key)
+    if key.global_scale is GlobalScale.DIVISOR:  # compressed-tensors: input_global_scale
+        s = cast_e4m3(g * amax / E2M1_MAX).astype(F32)
+        s = jnp.where(s == 0, E4M3_EPS, s)
+        t = s / g
+        q = cast_e2m1(jnp.clip(xf / expand(t, *xf.shape), -E2M1_MAX, E2M1_MAX))
+    else:  # ModelOpt: input_scale is a multiplier
+        b = amax / (E2M1_MAX * g)
+        b = jnp.where(b == 0, 1.0, b)
+        b = cast_e4m3(jnp.clip(b, 2.0 ** -9, E4M3_MAX)).astype(F32)
+        t = b * g
+        q = cast_e2m1(xf / expand(t, *xf.shape))
+    return q, t

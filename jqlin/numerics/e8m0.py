@@ -1,0 +1,44 @@
+"""E8M0 (UE8M0) scales, stored as their biased exponent byte u: value = 2**(u - 127).
+
+Exponents are computed with explicit integer/log2 arithmetic: a float -> float8_e8m0fnu cast
+rounds and maps 0 to NaN, which is neither producer's rule.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def e8m0_to_f32(u: jax.Array) -> jax.Array:
+    """Biased exponent bytes -> float32 scales. u=0 is 2**-127 (an f32 subnormal), 255 is NaN."""
+    u32 = u.astype(jnp.uint32)
+    bits = jnp.where(u32 == 0, jnp.uint32(0x00400000), u32 << 23)
+    bits = jnp.where(u32 == 255, jnp.uint32(0x7FC00000), bits)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def exp2_int(e: jax.Array) -> jax.Array:
+    """2**e in float32 for integer e in [-127, 127], exactly."""
+    return e8m0_to_f32((e + 127).astype(jnp.uint8))
+
+
+def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
+    """compressed-tensors: u = 127 + floor(log2(p2(amax))) - emax, clipped to [0, 254].
+
+    p2 rounds amax's float32 mantissa to a power of two (add 1<<21 to the bits, keep sign and
+    exponent), so floor(log2(p2)) is the biased exponent field minus 127.
+    """
+    bits = jax.lax.bitcast_convert_type(amax.astype(jnp.float32), jnp.uint32)
+    exp_field = ((bits + jnp.uint32(1 << 21)) >> 23) & jnp.uint32(0xFF)
+    # amax == 0: log2(0) = -inf, clipped to u = 0 by the producer.
+    u = exp_field.astype(jnp.int32) - elem_emax
+    u = jnp.where(amax > 0, u, 0)
+    return jnp.clip(u, 0, 254).astype(jnp.uint8)
+
+
+def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
+    """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127."""
+    e = jnp.ceil(jnp.log2(amax.astype(jnp.float32) / jnp.float32(elem_max)))
+    e = jnp.clip(jnp.where(amax > 0, e, -127.0), -127.0, 127.0)
+    return (e.astype(jnp.int32) + 127).astype(jnp.uint8)

@@ -1,0 +1,243 @@
+"""QuantizedWeight: a quantized (N, K) = (out_features, in_features) weight as a JAX pytree.
+
+Arrays are leaves; the spec, logical shape, row segments and layout are static aux data, so a
+QuantizedWeight passes through jit, vmap, shard_map and checkpointing.
+
+Storage may be larger than the logical shape: block formats pad N and K to whole blocks, group
+formats pad K to whole groups (zeros, which never change a tile's amax). `segments` maps stored
+rows to logical output rows: a fused weight whose parts were padded to whole 128-row blocks
+keeps each part's rows as one (start, length) segment, and outputs are gathered back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import formats
+from .numerics import dequantize_weight, quantize_weight
+from .spec import GlobalScale, Granularity, QuantKey, QuantSpec
+
+__all__ = ["QuantizedWeight", "quantize", "fuse", "calibrate_input_scale"]
+
+Segments = tuple[tuple[int, int], ...]
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeight:
+    data: jax.Array  # e4m3 (Ns, Ks) or packed e2m1 uint8 (Ns, Ks/2)
+    scale: jax.Array  # scale grid of spec.weight over the stored (Ns, Ks)
+    global_scale: jax.Array | None  # NVFP4 second-level scale: () or per stored row (Ns,)
+    input_scale: jax.Array | None  # static activation scale (fp8) / activation global (NVFP4)
+    spec: QuantSpec
+    shape: tuple[int, int]  # logical (N, K)
+    segments: Segments = ()  # stored-row ranges forming the logical rows; () = rows [0, N)
+    layout: str = "nk"
+
+    # -- pytree -------------------------------------------------------------------------------
+    def tree_flatten(self):
+        return ((self.data, self.scale, self.global_scale, self.input_scale),
+                (self.spec, self.shape, self.segments, self.layout))
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        for name, val in zip(("data", "scale", "global_scale", "input_scale"), children):
+            object.__setattr__(obj, name, val)
+        for name, val in zip(("spec", "shape", "segments", "layout"), aux):
+            object.__setattr__(obj, name, val)
+        return obj
+
+    # -- shapes -------------------------------------------------------------------------------
+    @property
+    def storage_shape(self) -> tuple[int, int]:
+        rows, cols = self.data.shape
+        return rows, cols * (2 if self.spec.weight.is_fp4 else 1)
+
+    @property
+    def row_segments(self) -> Segments:
+        return self.segments or ((0, self.shape[0]),)
+
+    @property
+    def trivially_trimmed(self) -> bool:
+        """Logical rows are the first N stored rows (only a tail is padding)."""
+        return len(self.row_segments) == 1 and self.row_segments[0][0] == 0
+
+    def trim_rows(self, y: jax.Array) -> jax.Array:
+        """Gather the logical output columns from a (..., Ns) result over stored rows."""
+        if self.trivially_trimmed:
+            n = self.row_segments[0][1]
+            return y if y.shape[-1] == n else y[..., :n]
+        return jnp.concatenate([y[..., s:s + n] for s, n in self.row_segments], axis=-1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(np.prod(a.shape)) * a.dtype.itemsize
+                   for a in (self.data, self.scale, self.global_scale, self.input_scale)
+                   if a is not None)
+
+    # -- numerics -----------------------------------------------------------------------------
+    def dequantize_storage(self) -> jax.Array:
+        """float32 (Ns, Ks) over the padded storage."""
+        return dequantize_weight(self.data, self.scale, self.global_scale, self.spec.weight)
+
+    def dequantize(self) -> jax.Array:
+        """float32 (N, K) logical weight: W ~= q * scale, exactly as the producer dequantizes."""
+        w = self.dequantize_storage()
+        return self.trim_rows(w.T).T[:, : self.shape[1]]
+
+    def with_spec(self, spec: QuantSpec) -> "QuantizedWeight":
+        return dataclasses.replace(self, spec=spec)
+
+    def __repr__(self) -> str:
+        name = formats.name_of(self.spec) or self.spec.describe()
+        return (f"QuantizedWeight({name}, shape={self.shape}, storage={self.storage_shape}, "
+                f"data={self.data.dtype}, scale={self.scale.dtype}{list(self.scale.shape)})")
+
+
+def _as_spec(spec_or_name: QuantSpec | str) -> QuantSpec:
+    if isinstance(spec_or_name, QuantSpec):
+        return spec_or_name
+    if isinstance(spec_or_name, str):
+        return formats.get(spec_or_name)
+    raise TypeError(f"spec must be a QuantSpec or a format name, got {type(spec_or_name).__name__}")
+
+
+def calibrate_input_scale(act_key: QuantKey, x: jax.Array) -> jax.Array:
+    """Static activation scale from calibration activations, in the key's rule and direction.
+
+    fp8 static per-tensor: amax/448 (a multiplier, every producer). NVFP4 global: CT stores the
+    divisor 448*6/amax (`input_global_scale`), ModelOpt the multiplier amax/(6*448).
+    """
+    amax = jnp.max(jnp.abs(jnp.asarray(x, jnp.float32)))
+    amax = jnp.where(amax > 0, amax, 1.0)
+    if act_key.global_scale is GlobalScale.DIVISOR:
+        return (448.0 * 6.0) / amax
+    if act_key.global_scale is GlobalScale.MULTIPLIER:
+        return amax / (448.0 * 6.0)
+    return amax / 448.0
+
+
+def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
+             calibration: jax.Array | None = None) -> QuantizedWeight:
+    """Quantize a float (N, K) = (out_features, in_features) weight into `spec`.
+
+    Specs whose activations use a static scale (fp8_per_tensor; the NVFP4 activation global)
+    need `input_scale` (in the key's own convention) or `calibration` activations to derive it.
+    """
+    spec = _as_spec(spec)
+    w = jnp.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {w.shape}")
+    if not jnp.issubdtype(w.dtype, jnp.floating):
+        raise ValueError(f"weight must be floating point, got {w.dtype}")
+    n, k = w.shape
+    wk = spec.weight
+    rows, cols = wk.storage_shape(n, k)
+    cols = max(cols, _round_up(k, spec.k_align))
+    wp = jnp.pad(w, ((0, rows - n), (0, cols - k)))
+    data, scale, gscale = quantize_weight(wp, wk)
+    act = spec.activation
+    needs_static = act is not None and (not act.dynamic or act.global_scale is not None)
+    if needs_static:
+        if input_scale is None and calibration is None:
+            raise ValueError(
+                f"spec {formats.name_of(spec) or spec.describe()} has a static activation scale: "
+                "pass input_scale= or calibration= activations")
+        if input_scale is None:
+            input_scale = calibrate_input_scale(act, calibration)
+        input_scale = jnp.asarray(input_scale, jnp.float32).reshape(())
+    elif input_scale is not None:
+        raise ValueError("input_scale given, but the spec's activations need no static scale")
+    return QuantizedWeight(data, scale, gscale, input_scale, spec, (n, k))
+
+
+def _round_up(v: int, m: int) -> int:
+    return -(-v // m) * m
+
+
+def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
+    """Concatenate weights along N (fused q/k/v, gate/up) without changing any stored value.
+
+    Per-tensor weight scales become a per-channel vector; differing NVFP4 global scales become
+    a per-row global vector; parts of block formats that end in a partial block keep their
+    padding and are mapped back through row segments. Static activation scales must be one
+    value: the max is taken (as vLLM does) with a warning when they differ.
+    """
+    parts = list(parts)
+    if not parts:
+        raise ValueError("fuse needs at least one QuantizedWeight")
+    first = parts[0]
+    for i, p in enumerate(parts):
+        if not isinstance(p, QuantizedWeight):
+            raise TypeError(f"fuse: part {i} is {type(p).__name__}, not a QuantizedWeight")
+        if p.layout != "nk":
+            raise ValueError(f"fuse: part {i} has layout {p.layout!r}; fuse canonical (N, K) weights")
+        if p.shape[1] != first.shape[1] or p.storage_shape[1] != first.storage_shape[1]:
+            raise ValueError(f"fuse: part {i} has K={p.shape[1]}, part 0 has K={first.shape[1]}")
+        if _spec_modulo_tensor(p.spec) != _spec_modulo_tensor(first.spec):
+            raise ValueError(f"fuse: part {i} has spec {p.spec.describe()}, "
+                             f"part 0 has {first.spec.describe()}")
+    if len(parts) == 1:
+        return first
+    wk = first.spec.weight
+    spec = first.spec
+    scales = [p.scale for p in parts]
+    if wk.granularity in (Granularity.TENSOR, Granularity.CHANNEL):
+        if wk.granularity is Granularity.TENSOR and all(
+                bool(jnp.array_equal(p.scale, first.scale)) for p in parts):
+            scales = [first.scale]
+        else:
+            scales = [jnp.broadcast_to(p.scale, (p.storage_shape[0], 1)) for p in parts]
+            spec = dataclasses.replace(spec, weight=dataclasses.replace(
+                wk, granularity=Granularity.CHANNEL))
+    data = jnp.concatenate([p.data for p in parts], axis=0)
+    scale = scales[0] if len(scales) == 1 else jnp.concatenate(scales, axis=0)
+
+    gscale = None
+    if first.global_scale is not None:
+        gs = [jnp.asarray(p.global_scale, jnp.float32) for p in parts]
+        if all(g.ndim == 0 for g in gs) and all(bool(jnp.array_equal(g, gs[0])) for g in gs):
+            gscale = gs[0]
+        else:
+            gscale = jnp.concatenate([jnp.broadcast_to(g, (p.storage_shape[0],))
+                                      for g, p in zip(gs, parts)])
+
+    iscale = None
+    if first.input_scale is not None:
+        vals = [jnp.asarray(p.input_scale, jnp.float32) for p in parts]
+        if not all(bool(jnp.array_equal(v, vals[0])) for v in vals):
+            warnings.warn(
+                "fuse: static input scales of the fused parts differ "
+                f"({[float(v) for v in vals]}); one value is needed, taking the max",
+                stacklevel=2)
+        reduce = jnp.min if spec.activation.global_scale is GlobalScale.DIVISOR else jnp.max
+        iscale = reduce(jnp.stack(vals))  # the widest activation range in either convention
+
+    segments: list[tuple[int, int]] = []
+    offset = 0
+    for p in parts:
+        segments.extend((offset + s, n) for s, n in p.row_segments)
+        offset += p.storage_shape[0]
+    n_total = sum(p.shape[0] for p in parts)
+    segs = tuple(segments)
+    if len(segs) > 1 and all(segs[i][0] + segs[i][1] == segs[i + 1][0] for i in range(len(segs) - 1)):
+        segs = ((segs[0][0], n_total),)
+    if segs == ((0, n_total),):
+        segs = ()
+    return QuantizedWeight(data, scale, gscale, iscale, spec, (n_total, first.shape[1]), segs)
+
+
+def _spec_modulo_tensor(spec: QuantSpec) -> QuantSpec:
+    """Spec with per-tensor weight scales seen as per-channel (they fuse into one)."""
+    if spec.weight.granularity is Granularity.TENSOR:
+        return dataclasses.replace(spec, weight=dataclasses.replace(
+            spec.weight, granularity=Granularity.CHANNEL))
+    return spec
+
