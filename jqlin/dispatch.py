@@ -20,7 +20,7 @@ from .errors import UnsupportedSpecError
 from .qweight import QuantizedWeight
 from .spec import Granularity, QuantKey, QuantSpec
 
-__all__ = ["KeyPattern", "Kernel", "register_kernel", "registered_kernels", "matmul", "explain",
+__all__ = ["KeyPattern", "Kernel", "register_kernel", "unregister_kernel", "registered_kernels", "matmul", "explain",
            "Explanation", "WEIGHT_ONLY", "current_platform"]
 
 _UNSET = object()
@@ -109,6 +109,14 @@ def register_kernel(kernel: Kernel) -> Kernel:
         raise ValueError(f"kernel {kernel.name!r} is already registered")
     _REGISTRY[kernel.name] = kernel
     return kernel
+
+
+def unregister_kernel(name: str) -> None:
+    """Remove a kernel (plugins and tests); unknown names are an error."""
+    if name not in _REGISTRY:
+        raise KeyError(f"kernel {name!r} is not registered")
+    del _REGISTRY[name]
+    _jitted.cache_clear()
 
 
 def registered_kernels() -> dict[str, Kernel]:

@@ -1,5 +1,6 @@
 import os
 import pathlib
+import sys
 import zlib
 
 import jax
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tests/oracle.py
 
 
 def _fixtures_dir() -> pathlib.Path:

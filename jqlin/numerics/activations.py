@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
-from .e8m0 import e8m0_to_f32, exponent_ct, exponent_modelopt
+from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1_MAX, cast_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3
 from .tiling import expand, tile_amax
@@ -71,12 +71,11 @@ def _mx(xf, key):
     amax = tile_amax(xf, key)
     if key.rule is ScaleRule.MODELOPT:
         u = exponent_modelopt(amax, key.max_value)
-        scaled = xf * expand(e8m0_to_f32((254 - u.astype(jnp.int32)).astype(jnp.uint8)), *xf.shape)
         ties = "zero"
     else:
         u = exponent_ct(amax, _MX_EMAX[key.dtype])
-        scaled = xf / expand(e8m0_to_f32(u), *xf.shape)
         ties = "even"
+    scaled = xf * expand(e8m0_reciprocal(u), *xf.shape)
     q = cast_e2m1(scaled, ties=ties) if key.is_fp4 else cast_e4m3(scaled)
     return q, e8m0_to_f32(u)
 

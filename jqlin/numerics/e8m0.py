@@ -18,9 +18,14 @@ def e8m0_to_f32(u: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
-def exp2_int(e: jax.Array) -> jax.Array:
-    """2**e in float32 for integer e in [-127, 127], exactly."""
-    return e8m0_to_f32((e + 127).astype(jnp.uint8))
+def e8m0_reciprocal(u: jax.Array) -> jax.Array:
+    """1 / 2**(u - 127) = 2**(127 - u), exactly.
+
+    Dividing by an e8m0 scale is done as this multiplication (identical for powers of two):
+    XLA flushes subnormals, so the scale 2**-127 of an all-zero block would read as 0 and turn
+    0 / scale into NaN, while its reciprocal 2**127 is a normal number.
+    """
+    return e8m0_to_f32((254 - u.astype(jnp.int32)).astype(jnp.uint8))
 
 
 def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
@@ -38,7 +43,13 @@ def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
 
 
 def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
-    """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127."""
-    e = jnp.ceil(jnp.log2(amax.astype(jnp.float32) / jnp.float32(elem_max)))
-    e = jnp.clip(jnp.where(amax > 0, e, -127.0), -127.0, 127.0)
-    return (e.astype(jnp.int32) + 127).astype(jnp.uint8)
+    """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127.
+
+    ceil(log2(v)) is taken from v's binary exponent (frexp) rather than a log2 call: XLA's log2
+    is not exact at powers of two, where torch's is, and an off-by-one exponent doubles a scale.
+    """
+    v = amax.astype(jnp.float32) / jnp.float32(elem_max)
+    mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
+    e = jnp.where(mant == 0.5, exp - 1, exp)
+    e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)
+    return (e + 127).astype(jnp.uint8)

@@ -1,0 +1,103 @@
+"""QuantizedWeight: pytree behaviour, quantize() errors, lossless fuse()."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jqlin
+from jqlin.spec import Granularity
+
+F32 = np.float32
+
+
+def _w(rng, n, k):
+    return (rng.standard_normal((n, k)) * np.exp(rng.standard_normal((n, 1)))).astype(F32)
+
+
+def test_pytree_roundtrip_through_jit_and_vmap(rng):
+    qw = jqlin.quantize(_w(rng, 64, 128), "nvfp4_a16")
+    leaves, treedef = jax.tree_util.tree_flatten(qw)
+    assert len(leaves) == 3  # data, scale, global_scale (no input_scale)
+    back = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert back.spec == qw.spec and back.shape == qw.shape
+    x = jnp.asarray(rng.standard_normal((4, 128)), jnp.float32)
+    f = jax.jit(lambda q, v: jqlin.matmul(v, q))
+    np.testing.assert_array_equal(np.asarray(f(qw, x)), np.asarray(jqlin.matmul(x, qw)))
+    stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), qw)
+    deq = jax.vmap(lambda q: q.dequantize())(stacked)
+    np.testing.assert_array_equal(np.asarray(deq[1]), np.asarray(qw.dequantize()))
+
+
+def test_quantize_errors_name_the_argument(rng):
+    with pytest.raises(ValueError, match="2-D"):
+        jqlin.quantize(np.ones((2, 3, 4), F32), "fp8_ptpc")
+    with pytest.raises(ValueError, match="floating"):
+        jqlin.quantize(np.ones((2, 4), np.int32), "fp8_ptpc")
+    with pytest.raises(ValueError, match="input_scale= or calibration="):
+        jqlin.quantize(_w(rng, 4, 32), "fp8_per_tensor")
+    with pytest.raises(ValueError, match="no static scale"):
+        jqlin.quantize(_w(rng, 4, 32), "fp8_ptpc", input_scale=1.0)
+    with pytest.raises(jqlin.UnknownFormatError, match="fp8_block, fp8_block_a16"):
+        jqlin.quantize(_w(rng, 4, 32), "fp9")
+    with pytest.raises(KeyError):  # also a KeyError, for dict-like callers
+        jqlin.formats.get("nope")
+
+
+def test_fuse_per_tensor_becomes_per_channel_losslessly(rng):
+    parts = [jqlin.quantize(_w(rng, n, 96), "fp8_per_tensor_a16") for n in (40, 8, 8)]
+    fused = jqlin.fuse(parts)
+    assert fused.spec.weight.granularity is Granularity.CHANNEL and fused.shape == (56, 96)
+    np.testing.assert_array_equal(np.asarray(fused.dequantize()),
+                                  np.concatenate([np.asarray(p.dequantize()) for p in parts]))
+
+
+def test_fuse_block_parts_with_partial_blocks_uses_segments(rng):
+    # hidden 320: q (320) and k, v (64) all end in partial 128-row blocks
+    parts = [jqlin.quantize(_w(rng, n, 320), "fp8_block") for n in (320, 64, 64)]
+    fused = jqlin.fuse(parts)
+    assert fused.shape == (448, 320) and fused.storage_shape == (384 + 128 + 128, 384)
+    assert fused.segments == ((0, 320), (384, 64), (512, 64))
+    np.testing.assert_array_equal(np.asarray(fused.dequantize()),
+                                  np.concatenate([np.asarray(p.dequantize()) for p in parts]))
+    x = rng.standard_normal((3, 320)).astype(F32)
+    y = np.asarray(jqlin.matmul(x, fused))
+    np.testing.assert_array_equal(y, np.concatenate([np.asarray(jqlin.matmul(x, p)) for p in parts], -1))
+
+
+def test_fuse_nvfp4_with_different_globals_keeps_per_row_globals(rng):
+    parts = [jqlin.quantize(_w(rng, 32, 64) * s, "nvfp4_a16") for s in (1.0, 7.0)]
+    assert float(parts[0].global_scale) != float(parts[1].global_scale)
+    fused = jqlin.fuse(parts)
+    assert fused.global_scale.shape == (64,)
+    np.testing.assert_array_equal(np.asarray(fused.dequantize()),
+                                  np.concatenate([np.asarray(p.dequantize()) for p in parts]))
+
+
+def test_fuse_static_input_scales_warn_and_take_widest(rng):
+    x = rng.standard_normal((4, 64)).astype(F32)
+    a = jqlin.quantize(_w(rng, 16, 64), "fp8_per_tensor", calibration=x)
+    b = jqlin.quantize(_w(rng, 16, 64), "fp8_per_tensor", calibration=3 * x)
+    with pytest.warns(UserWarning, match="differ"):
+        fused = jqlin.fuse([a, b])
+    assert float(fused.input_scale) == max(float(a.input_scale), float(b.input_scale))
+    c = jqlin.quantize(_w(rng, 16, 64), "nvfp4", calibration=x)
+    d = jqlin.quantize(_w(rng, 16, 64), "nvfp4", calibration=3 * x)
+    with pytest.warns(UserWarning):
+        fused = jqlin.fuse([c, d])  # CT's input_global_scale is a divisor: the widest is the min
+    assert float(fused.input_scale) == min(float(c.input_scale), float(d.input_scale))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jqlin.fuse([a, a])
+
+
+def test_fuse_rejects_mismatched_parts(rng):
+    a = jqlin.quantize(_w(rng, 16, 64), "fp8_ptpc")
+    with pytest.raises(ValueError, match="K=32"):
+        jqlin.fuse([a, jqlin.quantize(_w(rng, 16, 32), "fp8_ptpc")])
+    with pytest.raises(ValueError, match="spec"):
+        jqlin.fuse([a, jqlin.quantize(_w(rng, 16, 64), "mxfp8")])
+    with pytest.raises(ValueError, match="at least one"):
+        jqlin.fuse([])
