@@ -21,6 +21,7 @@ import numpy as np
 
 from . import formats
 from .numerics import dequantize_weight, quantize_weight
+from .numerics.exact import div
 from .spec import GlobalScale, Granularity, QuantKey, QuantSpec
 
 __all__ = ["QuantizedWeight", "quantize", "fuse", "calibrate_input_scale"]
@@ -118,10 +119,10 @@ def calibrate_input_scale(act_key: QuantKey, x: jax.Array) -> jax.Array:
     amax = jnp.max(jnp.abs(jnp.asarray(x, jnp.float32)))
     amax = jnp.where(amax > 0, amax, 1.0)
     if act_key.global_scale is GlobalScale.DIVISOR:
-        return (448.0 * 6.0) / amax
+        return div(448.0 * 6.0, amax)
     if act_key.global_scale is GlobalScale.MULTIPLIER:
-        return amax / (448.0 * 6.0)
-    return amax / 448.0
+        return div(amax, 448.0 * 6.0)
+    return div(amax, 448.0)
 
 
 def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 
 import jqlin
+import jqlin.numerics
 import oracle
 from jqlin.spec import GlobalScale, ScaleRule
 
@@ -114,6 +115,28 @@ def test_xla_matmul_matches_oracle(name, rule, rng):
     assert y.shape == (5, 130) and y.dtype == jnp.float32
     rel = np.linalg.norm(np.asarray(y, np.float64) - ref) / np.linalg.norm(ref)
     assert rel < 1e-5, rel
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+@pytest.mark.parametrize("name", ["fp8_per_channel_a16", "fp8_block_a16", "nvfp4_a16", "mxfp8_a16", "mxfp4_a16"])
+def test_stored_codes_and_scales_are_bitwise_the_producers(name, rule, rng):
+    """Not just the dequantized values: the stored bytes must be what the producer writes."""
+    spec, w, _, qw = make(name, rng, 256, 256, 1, rule)
+    key = spec.weight
+    data = np.asarray(qw.data)
+    if key.scale_dtype == "float32":
+        q, s, _ = oracle.weight_fp8(w, *((1, 256) if key.granularity.value == "channel" else key.block))
+    elif key.scale_dtype == "float8_e8m0fnu":
+        q, s, _ = oracle.weight_mx(w, 32, key.is_fp4, "modelopt" if rule is ScaleRule.MODELOPT else "ct")
+    else:
+        fn = oracle.weight_nvfp4_ct if rule is ScaleRule.CT else oracle.weight_nvfp4_modelopt
+        q, s, g, _ = fn(w)
+        assert np.float32(qw.global_scale) == g
+    if key.is_fp4:
+        data = np.asarray(jqlin.numerics.unpack_e2m1(qw.data)).view(np.uint8) & 0xF
+        q = q.view(np.uint8) & 0xF
+    np.testing.assert_array_equal(data.view(np.uint8), q.view(np.uint8))
+    np.testing.assert_array_equal(np.asarray(qw.scale).view(np.uint8), np.asarray(s).view(np.uint8))
 
 
 def test_vllm_token_rule_floors_the_scale(rng):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
+from .exact import div
 from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1_MAX, cast_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3
@@ -51,17 +52,17 @@ def _fp8(xf, key, input_scale):
     if not key.dynamic:
         s = _need_static(key, input_scale)
         if key.rule is ScaleRule.MODELOPT:
-            inv = E4M3_MAX / (s * E4M3_MAX)  # ModelOpt multiplies by 448/amax, then divides back
+            inv = div(E4M3_MAX, s * E4M3_MAX)  # ModelOpt multiplies by 448/amax, then divides back
             q = cast_e4m3(xf * inv)
-            return q, jnp.reshape(1.0 / inv, (1, 1))
-        q = cast_e4m3(xf / s)
+            return q, jnp.reshape(div(1.0, inv), (1, 1))
+        q = cast_e4m3(div(xf, s))
         return q, jnp.reshape(s, (1, 1))
-    s = tile_amax(xf, key) / E4M3_MAX
+    s = div(tile_amax(xf, key), E4M3_MAX)
     if key.rule is ScaleRule.VLLM:
         s = jnp.maximum(s, _VLLM_MIN_SCALE)
     else:
         s = jnp.where(s == 0, jnp.finfo(F32).eps, s)
-    q = cast_e4m3(xf / expand(s, *xf.shape))
+    q = cast_e4m3(div(xf, expand(s, *xf.shape)))
     return q, s
 
 
@@ -84,14 +85,14 @@ def _nvfp4(xf, key, input_scale):
     g = _need_static(key, input_scale)
     amax = tile_amax(xf, key)
     if key.global_scale is GlobalScale.DIVISOR:  # compressed-tensors: input_global_scale
-        s = cast_e4m3(g * amax / E2M1_MAX).astype(F32)
+        s = cast_e4m3(div(g * amax, E2M1_MAX)).astype(F32)
         s = jnp.where(s == 0, E4M3_EPS, s)
-        t = s / g
-        q = cast_e2m1(jnp.clip(xf / expand(t, *xf.shape), -E2M1_MAX, E2M1_MAX))
+        t = div(s, g)
+        q = cast_e2m1(jnp.clip(div(xf, expand(t, *xf.shape)), -E2M1_MAX, E2M1_MAX))
     else:  # ModelOpt: input_scale is a multiplier
-        b = amax / (E2M1_MAX * g)
+        b = div(amax, E2M1_MAX * g)
         b = jnp.where(b == 0, 1.0, b)
         b = cast_e4m3(jnp.clip(b, 2.0 ** -9, E4M3_MAX)).astype(F32)
         t = b * g
-        q = cast_e2m1(xf / expand(t, *xf.shape))
+        q = cast_e2m1(div(xf, expand(t, *xf.shape)))
     return q, t

@@ -9,6 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .exact import div
+
 
 def e8m0_to_f32(u: jax.Array) -> jax.Array:
     """Biased exponent bytes -> float32 scales. u=0 is 2**-127 (an f32 subnormal), 255 is NaN."""
@@ -48,7 +50,7 @@ def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
     ceil(log2(v)) is taken from v's binary exponent (frexp) rather than a log2 call: XLA's log2
     is not exact at powers of two, where torch's is, and an off-by-one exponent doubles a scale.
     """
-    v = amax.astype(jnp.float32) / jnp.float32(elem_max)
+    v = div(amax.astype(jnp.float32), elem_max)
     mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
     e = jnp.where(mant == 0.5, exp - 1, exp)
     e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)

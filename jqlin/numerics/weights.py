@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from ..spec import GlobalScale, QuantKey, ScaleRule
+from .exact import div
 from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1_MAX, cast_e2m1, pack_e2m1, unpack_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3
@@ -62,7 +63,7 @@ def dequantize_weight(data: jax.Array, scale: jax.Array, global_scale: jax.Array
     s = scale.astype(F32)
     g = jnp.asarray(global_scale, F32)
     g = g.reshape(-1, 1) if g.ndim == 1 else g  # per-row globals after a lossless fuse
-    s = s / g if key.global_scale is GlobalScale.DIVISOR else s * g
+    s = div(s, g) if key.global_scale is GlobalScale.DIVISOR else s * g
     return qf * expand(s, rows, cols)
 
 
@@ -76,9 +77,9 @@ def _quantize_fp8(w, key):
     else:
         ct = F32
     wc = w.astype(ct)
-    s = tile_amax(wc, key) / jnp.asarray(E4M3_MAX, ct)
+    s = div(tile_amax(wc, key), E4M3_MAX)
     s = jnp.where(s == 0, jnp.finfo(ct).eps, s).astype(ct)
-    q = cast_e4m3(jnp.clip(wc / expand(s, *w.shape), -E4M3_MAX, E4M3_MAX))
+    q = cast_e4m3(jnp.clip(div(wc, expand(s, *w.shape)), -E4M3_MAX, E4M3_MAX))
     return q, s.astype(F32)
 
 
@@ -98,16 +99,16 @@ def _quantize_nvfp4(w, key):
     amax_t = jnp.max(jnp.abs(wf))
     amax_b = tile_amax(wf, key)
     if key.global_scale is GlobalScale.DIVISOR:  # compressed-tensors
-        g = jnp.where(amax_t > 0, (E4M3_MAX * E2M1_MAX) / amax_t, 1.0).astype(F32)
-        s = cast_e4m3(g * amax_b / E2M1_MAX)
+        g = jnp.where(amax_t > 0, div(E4M3_MAX * E2M1_MAX, amax_t), 1.0).astype(F32)
+        s = cast_e4m3(div(g * amax_b, E2M1_MAX))
         s = jnp.where(s.astype(F32) == 0, E4M3_EPS, s.astype(F32)).astype(jnp.float8_e4m3fn)
-        t = s.astype(F32) / g
+        t = div(s.astype(F32), g)
     else:  # ModelOpt: weight_scale_2 is a multiplier
-        g = jnp.where(amax_t > 0, amax_t / (E2M1_MAX * E4M3_MAX), 1.0).astype(F32)
-        b = amax_b / (E2M1_MAX * g)
+        g = jnp.where(amax_t > 0, div(amax_t, E2M1_MAX * E4M3_MAX), 1.0).astype(F32)
+        b = div(amax_b, E2M1_MAX * g)
         s = cast_e4m3(jnp.where(b == 0, 1.0, jnp.maximum(b, 2.0 ** -9)))
         t = s.astype(F32) * g
-    q = cast_e2m1(wf / expand(t, *w.shape))
+    q = cast_e2m1(div(wf, expand(t, *w.shape)))
     return q, s, g
 
 
