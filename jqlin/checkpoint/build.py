@@ -1,0 +1,179 @@
+"""The strict loader's core: one LayerPlan + the tensor store -> one QuantizedWeight.
+
+Stored numbers are used as stored: codes are never requantized and scales never recomputed.
+Float scales are upcast to float32 (exact from bf16/f16), NVFP4 block scales stay e4m3, MX
+scales stay uint8 exponent bytes. Storage is padded to whole blocks/groups and to the spec's
+K alignment, exactly as `jqlin.quantize` lays it out: zero codes, and scale 1 over tiles that
+lie entirely in the padding (they multiply zeros).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from ..errors import CheckpointError
+from ..qweight import QuantizedWeight
+from ..spec import Granularity, QuantKey
+from .checks import (FLOAT_TAGS, check_e4m3_scale, check_e8m0_scale, check_float_scale,
+                     check_fp8_data, expect, shape_str)
+from .plan import LayerPlan
+from .safetensors_io import TensorStore
+
+__all__ = ["build_layer", "storage_shape", "needs_input_scale", "required_tensors"]
+
+_SCALAR_SHAPES = ((), (1,))
+
+
+def needs_input_scale(plan_or_spec) -> bool:
+    act = getattr(plan_or_spec, "spec", plan_or_spec).activation
+    return act is not None and (not act.dynamic or act.global_scale is not None)
+
+
+def required_tensors(lp: LayerPlan) -> list[str]:
+    """Tensor names the layer cannot be built without (a cheap check before reading data)."""
+    names = [lp.data, lp.scale]
+    if lp.spec.weight.global_scale is not None:
+        names.append(lp.global_scale)
+    if needs_input_scale(lp.spec):
+        names.append(lp.input_scale)
+    return [n for n in names if n is not None]
+
+
+def storage_shape(lp_spec, n: int, k: int) -> tuple[int, int]:
+    """Padded (rows, K) of a logical (n, k) weight, as jqlin.quantize stores it."""
+    rows, cols = lp_spec.weight.storage_shape(n, k)
+    align = lp_spec.k_align
+    return rows, max(cols, -(-k // align) * align)
+
+
+def _scale_tags(key: QuantKey) -> tuple[str, ...]:
+    if key.scale_dtype == "float8_e4m3fn":
+        return ("F8_E4M3",)
+    if key.scale_dtype == "float8_e8m0fnu":
+        return ("U8", "F8_E8M0")
+    return FLOAT_TAGS
+
+
+def _scale_shapes(key: QuantKey, n: int, k: int, four_d: bool) -> list[tuple[int, ...]]:
+    g = key.granularity
+    grid = key.scale_grid(n, k)
+    if g is Granularity.TENSOR:
+        return [(), (1,), (1, 1)]
+    if g is Granularity.CHANNEL:
+        return [(n, 1), (n,)]
+    if g is Granularity.BLOCK and four_d:
+        return [(grid[0], 1, grid[1], 1), grid]
+    return [grid]
+
+
+def _read_scale(store: TensorStore, name: str, key: QuantKey, shapes, what: str) -> np.ndarray:
+    info = store.info(name)
+    expect(info, what, _scale_tags(key), shapes)
+    arr = store.read(name)
+    if key.scale_dtype == "float8_e4m3fn":
+        return check_e4m3_scale(arr, info, what)
+    if key.scale_dtype == "float8_e8m0fnu":
+        return check_e8m0_scale(arr, info, what)
+    return check_float_scale(arr, info, what)
+
+
+def _read_scalar(store: TensorStore, name: str | None, what: str, module: str,
+                 shapes=_SCALAR_SHAPES) -> np.ndarray:
+    if name is None:
+        raise CheckpointError(f"layer '{module}': no tensor is planned for its {what}")
+    info = store.info(name)
+    expect(info, what, FLOAT_TAGS, shapes)
+    return check_float_scale(store.read(name), info, what)
+
+
+def _pad(arr: np.ndarray, shape: tuple[int, int], fill) -> np.ndarray:
+    if arr.shape == tuple(shape):
+        return arr
+    out = np.full(shape, fill, dtype=arr.dtype)
+    out[: arr.shape[0], : arr.shape[1]] = arr
+    return out
+
+
+def _scale_fill(key: QuantKey):
+    if key.scale_dtype == "float8_e8m0fnu":
+        return np.uint8(127)  # 2**0
+    if key.scale_dtype == "float8_e4m3fn":
+        return ml_dtypes.float8_e4m3fn(1.0)
+    return np.float32(1.0)
+
+
+def _read_data(store: TensorStore, name: str, key: QuantKey) -> tuple[np.ndarray, object]:
+    info = store.info(name)
+    what = "packed e2m1 weight" if key.is_fp4 else "e4m3 weight"
+    expect(info, what, ("U8",) if key.is_fp4 else ("F8_E4M3",))
+    if len(info.shape) != 2 or min(info.shape) < 1:
+        raise CheckpointError(f"{info.where} ({what}): expected a non-empty 2-D (out_features, "
+                              f"in_features{'/2' if key.is_fp4 else ''}) tensor, got "
+                              f"{shape_str(info.shape)}")
+    data = store.read(name)
+    if not key.is_fp4:
+        check_fp8_data(data, info)
+    return data, info
+
+
+def build_layer(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
+    if lp.native is not None:
+        return _build_native(store, lp)
+    spec, wk = lp.spec, lp.spec.weight
+    data, dinfo = _read_data(store, lp.data, wk)
+    n, k = data.shape[0], data.shape[1] * (2 if wk.is_fp4 else 1)
+
+    scale = _read_scale(store, lp.scale, wk, _scale_shapes(wk, n, k, lp.block_scale_4d),
+                        "weight scale").reshape(wk.scale_grid(n, k))
+    gscale = None
+    if wk.global_scale is not None:
+        g = _read_scalar(store, lp.global_scale, f"{wk.global_scale.value} global scale", lp.module)
+        gscale = jnp.asarray(g.reshape(()))
+    iscale = None
+    if needs_input_scale(spec):
+        s = _read_scalar(store, lp.input_scale, "static input scale", lp.module)
+        iscale = jnp.asarray(s.reshape(()))
+    for z in lp.zero_points:
+        zinfo = store.info(z)
+        zp = store.read(z)
+        if np.asarray(zp).astype(np.float32).any():
+            raise CheckpointError(f"{zinfo.where}: nonzero zero point in a symmetric scheme "
+                                  "(asymmetric quantization is not supported)")
+    if lp.shape_tensor is not None:
+        sinfo = store.info(lp.shape_tensor)
+        got = [int(v) for v in np.asarray(store.read(lp.shape_tensor)).reshape(-1)]
+        if got != [n, k]:
+            raise CheckpointError(f"{sinfo.where}: records weight shape {got}, but "
+                                  f"'{lp.data}' holds a {[n, k]} weight")
+
+    rows, cols = storage_shape(spec, n, k)
+    data = _pad(data, (rows, cols // 2 if wk.is_fp4 else cols), data.dtype.type(0))
+    scale = _pad(scale, wk.scale_grid(rows, cols), _scale_fill(wk))
+    return QuantizedWeight(jnp.asarray(data), jnp.asarray(scale), gscale, iscale, spec, (n, k))
+
+
+def _build_native(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
+    """A jqlin checkpoint stores the in-memory arrays (already padded): check and wrap them."""
+    spec, wk, lay = lp.spec, lp.spec.weight, lp.native
+    data, dinfo = _read_data(store, lp.data, wk)
+    rows, cols = data.shape[0], data.shape[1] * (2 if wk.is_fp4 else 1)
+    n, k = lay.shape
+    seg_end = max((s + m for s, m in lay.segments), default=n)
+    if cols < k or rows < seg_end or sum(m for _, m in lay.segments or ((0, n),)) != n:
+        raise CheckpointError(f"{dinfo.where}: stored {shape_str(data.shape)} cannot hold the "
+                              f"logical {list(lay.shape)} weight with segments {list(lay.segments)}")
+    scale = _read_scale(store, lp.scale, wk, [wk.scale_grid(rows, cols)], "weight scale")
+    gscale = None
+    if wk.global_scale is not None:
+        g = _read_scalar(store, lp.global_scale, f"{wk.global_scale.value} global scale",
+                         lp.module, shapes=((), (rows,)))
+        gscale = jnp.asarray(g)
+    iscale = None
+    if needs_input_scale(spec):
+        iscale = jnp.asarray(_read_scalar(store, lp.input_scale, "static input scale", lp.module,
+                                          shapes=((),)))
+    return QuantizedWeight(jnp.asarray(data), jnp.asarray(scale), gscale, iscale, spec,
+                           (n, k), tuple(lay.segments), lay.layout)
+

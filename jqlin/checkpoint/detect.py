@@ -1,0 +1,81 @@
+"""Open a checkpoint directory and hand it to the ecosystem module its configs name (FORMATS.md sec. 8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+from ..errors import CheckpointError
+from . import compressed_tensors, hf_fp8, modelopt, native
+from .plan import Plan, Source, quantized_modules
+from .safetensors_io import TensorStore
+
+__all__ = ["open_source", "plan_for", "SUPPORTED_METHODS"]
+
+SUPPORTED_METHODS = ("fp8", "compressed-tensors", "modelopt", native.QUANT_METHOD)
+
+
+def _read_json(path: pathlib.Path, *, required: bool) -> dict | None:
+    if not path.is_file():
+        if required:
+            raise CheckpointError(f"{path.parent}: missing {path.name}")
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def open_source(path: str | os.PathLike) -> Source:
+    p = pathlib.Path(path)
+    if not p.is_dir():
+        raise CheckpointError(f"{p}: not a checkpoint directory (expected config.json and "
+                              "model.safetensors or model.safetensors.index.json)")
+    config = _read_json(p / "config.json", required=True)
+    hq = _read_json(p / "hf_quant_config.json", required=False)
+    return Source(p, config, hq, TensorStore(p))
+
+
+def plan_for(source: Source) -> Plan:
+    """Detect the producer from the configs and let its module plan the layers."""
+    try:
+        return _plan_for(source)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        # ecosystem modules validate the config keys they read; this catches the shapes of
+        # config they did not anticipate (e.g. a list where an object belongs)
+        raise CheckpointError(f"{source.path}: malformed quantization config "
+                              f"({type(e).__name__}: {e})") from None
+
+
+def _plan_for(source: Source) -> Plan:
+    qc = source.quantization_config
+    method = str(qc.get("quant_method", "")).lower() if qc is not None else ""
+    if method == native.QUANT_METHOD:
+        return native.plan(source)
+    if method.startswith("modelopt"):
+        return modelopt.plan(source)
+    if source.hf_quant_config is not None:
+        if qc is not None:
+            raise CheckpointError(
+                f"{source.path}: hf_quant_config.json (ModelOpt) is present but config.json's "
+                f"quantization_config has quant_method {qc.get('quant_method')!r}; expected "
+                "'modelopt' or no quantization_config")
+        return modelopt.plan(source)
+    if qc is None:
+        problems = {m: (f"module '{m}' stores quantization tensors "
+                        f"({', '.join(sorted(t))}) but config.json has no quantization_config")
+                    for m, t in quantized_modules(source.store).items()}
+        return Plan("unquantized", {}, problems)
+    if method == "compressed-tensors":
+        return compressed_tensors.plan(source)
+    if method == "fp8":
+        return hf_fp8.plan(source)
+    raise CheckpointError(
+        f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} is not "
+        f"supported (jqlin reads {', '.join(repr(m) for m in SUPPORTED_METHODS)})")

@@ -1,0 +1,82 @@
+"""quant_method "fp8": vLLM Fp8Config, HF FineGrainedFP8, AutoFP8 and DeepSeek-V3 (FORMATS.md sec. 3).
+
+Maps config.json's quantization_config to one QuantSpec for every quantized Linear:
+- no `weight_block_size`: per-tensor `weight_scale` (scalar); `activation_scheme` "static" adds a
+  per-tensor `input_scale`, "dynamic" means per-token activation scales at run time;
+- `weight_block_size` [bn, bk]: `weight_scale_inv` grid (ceil(N/bn), ceil(K/bk)) -- a multiplier
+  despite its name -- and dynamic 1 x bk activation groups.
+Dynamic activation scales are computed by vLLM's CUDA kernels in this ecosystem, so the
+activation keys carry ScaleRule.VLLM (per-token scale floored at 1/(448*512)). For dynamic
+per-tensor checkpoints vLLM uses per-token scales wherever CUTLASS runs; jqlin records that.
+"""
+
+from __future__ import annotations
+
+from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
+from .plan import LayerPlan, Plan, Source, config_error, quantized_modules
+
+E4M3 = "float8_e4m3fn"
+_CFG = "config.json quantization_config"
+
+
+def _ignored(module: str, ignored: list[str]) -> str | None:
+    for entry in ignored:
+        if module == entry or module.startswith(entry + "."):
+            return entry
+    return None
+
+
+def plan(source: Source) -> Plan:
+    qc = source.quantization_config
+    scheme = qc.get("activation_scheme", "dynamic")
+    if scheme not in ("static", "dynamic"):
+        raise config_error(_CFG, "activation_scheme", "'static' or 'dynamic'", scheme)
+    fmt = qc.get("fmt", "e4m3")
+    if fmt not in ("e4m3", "float8_e4m3fn"):
+        raise config_error(_CFG, "fmt", "'e4m3' (jqlin reads e4m3fn fp8 only)", fmt)
+    scale_fmt = qc.get("scale_fmt")
+    if scale_fmt not in (None, "float"):
+        # ue8m0 checkpoints (DeepSeek-V3.1) round activation scales to powers of two at run
+        # time; no ScaleRule reproduces that yet, and loading them otherwise would change numerics.
+        raise config_error(_CFG, "scale_fmt", "absent or 'float' (jqlin has no ue8m0 activation rule)",
+                           scale_fmt)
+    ignored = qc.get("ignored_layers", qc.get("modules_to_not_convert")) or []
+    if not isinstance(ignored, list) or not all(isinstance(s, str) for s in ignored):
+        raise config_error(_CFG, "ignored_layers", "a list of module names", ignored)
+
+    block = qc.get("weight_block_size")
+    static = scheme == "static"
+    if block is not None:
+        if (not isinstance(block, (list, tuple)) or len(block) != 2
+                or not all(isinstance(b, int) and b > 0 for b in block)):
+            raise config_error(_CFG, "weight_block_size", "two positive ints [bn, bk]", block)
+        if static:
+            raise config_error(_CFG, "activation_scheme",
+                               "'dynamic' with weight_block_size (block FP8 has no static scales)",
+                               scheme)
+        weight = QuantKey(E4M3, Granularity.BLOCK, block=tuple(block), rule=ScaleRule.VLLM)
+        act = QuantKey(E4M3, Granularity.GROUP, dynamic=True, group_size=block[1],
+                       rule=ScaleRule.VLLM)
+        scale_suffix, name = "weight_scale_inv", "fp8/block"
+    else:
+        weight = QuantKey(E4M3, Granularity.TENSOR, rule=ScaleRule.VLLM)
+        if static:
+            act = QuantKey(E4M3, Granularity.TENSOR, rule=ScaleRule.VLLM)
+        else:
+            act = QuantKey(E4M3, Granularity.TOKEN, dynamic=True, rule=ScaleRule.VLLM)
+        scale_suffix = "weight_scale"
+        name = "fp8/per_tensor" if static else "fp8/per_tensor_dynamic"
+    spec = QuantSpec(weight, act)
+
+    layers, problems = {}, {}
+    for module, tensors in quantized_modules(source.store).items():
+        hit = _ignored(module, ignored)
+        if hit is not None:
+            problems[module] = (
+                f"module '{module}' matches ignored_layers entry {hit!r} in {_CFG} but stores "
+                f"quantization tensors ({', '.join(sorted(tensors))})")
+            continue
+        layers[module] = LayerPlan(
+            module, spec, data=f"{module}.weight", scale=f"{module}.{scale_suffix}",
+            input_scale=f"{module}.input_scale" if static else None)
+    return Plan(name, layers, problems)

@@ -1,0 +1,123 @@
+"""What an ecosystem module hands the loader: per-layer QuantSpecs and the tensor names to read.
+
+An ecosystem module (hf_fp8, compressed_tensors, modelopt) sees only configs and the header
+(names, dtypes, shapes) of the tensors; it never reads tensor data. Its answer is a `Plan`; the
+strict loader turns each `LayerPlan` into a QuantizedWeight and checks everything it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+from ..errors import CheckpointError
+from ..spec import QuantSpec
+from .safetensors_io import TensorInfo, TensorStore
+
+__all__ = ["NativeLayout", "LayerPlan", "Plan", "Source", "QUANT_SUFFIXES", "split_name", "quantized_modules",
+           "module_tensors", "linear_modules", "config_error"]
+
+# Tensor suffixes that only exist on quantized modules; left unconsumed they are "unexpected".
+QUANT_SUFFIXES = frozenset({
+    "weight_scale", "weight_scale_inv", "weight_scale_2", "weight_packed", "weight_global_scale",
+    "input_scale", "input_global_scale", "weight_zero_point", "input_zero_point", "weight_shape",
+    "weight_g_idx",
+})
+# On-disk element dtypes that mean "this weight is quantized"
+QUANT_WEIGHT_DTYPES = frozenset({"F8_E4M3", "F8_E5M2", "U8", "I8"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeLayout:
+    """What a jqlin checkpoint records beyond the spec: logical shape, row segments, layout."""
+
+    shape: tuple[int, int]
+    segments: tuple[tuple[int, int], ...] = ()
+    layout: str = "nk"
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlan:
+    """How one quantized Linear is stored. Tensor names are full names in the checkpoint."""
+
+    module: str
+    spec: QuantSpec
+    data: str
+    scale: str
+    global_scale: str | None = None  # NVFP4 second-level scale (direction in spec.weight)
+    input_scale: str | None = None  # static activation scale / NVFP4 activation global
+    block_scale_4d: bool = False  # ModelOpt FP8_PB_WO scale (N/bn, 1, K/bk, 1)
+    zero_points: tuple[str, ...] = ()  # symmetric zero points stored by old CT: must be all 0
+    shape_tensor: str | None = None  # CT `weight_shape`: must equal the logical (N, K)
+    ignorable: tuple[str, ...] = ()  # documented tensors the format allows and jqlin drops
+    native: "NativeLayout | None" = None  # jqlin checkpoints: data stored padded, as in memory
+
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        names = [self.data, self.scale, self.global_scale, self.input_scale, self.shape_tensor,
+                 *self.zero_points, *self.ignorable]
+        return tuple(n for n in names if n)
+
+
+@dataclasses.dataclass
+class Plan:
+    format: str  # e.g. "compressed-tensors/fp8_block", "modelopt/NVFP4", "fp8/per_tensor"
+    layers: dict[str, LayerPlan]
+    # module -> why it cannot be loaded; the loader raises the first, `inspect` lists them all
+    problems: dict[str, str] = dataclasses.field(default_factory=dict)
+    source_format: str | None = None  # jqlin checkpoints: the format they were converted from
+
+
+@dataclasses.dataclass
+class Source:
+    """An opened checkpoint directory: configs and the tensor headers."""
+
+    path: pathlib.Path
+    config: dict
+    hf_quant_config: dict | None
+    store: TensorStore
+
+    @property
+    def quantization_config(self) -> dict | None:
+        qc = self.config.get("quantization_config")
+        if qc is not None and not isinstance(qc, dict):
+            raise config_error("config.json", "quantization_config", "a JSON object", qc)
+        return qc
+
+
+def config_error(file: str, key: str, expected: str, got: Any) -> CheckpointError:
+    return CheckpointError(f"{file}: '{key}' must be {expected}, got {got!r}")
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """'a.b.q_proj.weight_scale' -> ('a.b.q_proj', 'weight_scale')."""
+    module, _, suffix = name.rpartition(".")
+    return module, suffix
+
+
+def module_tensors(store: TensorStore) -> dict[str, dict[str, TensorInfo]]:
+    """module -> {suffix: info} for every tensor name."""
+    out: dict[str, dict[str, TensorInfo]] = {}
+    for name in store.names():
+        module, suffix = split_name(name)
+        out.setdefault(module, {})[suffix] = store.info(name)
+    return out
+
+
+def quantized_modules(store: TensorStore) -> dict[str, dict[str, TensorInfo]]:
+    """Modules whose tensors say they are quantized: a quantization suffix, a packed
+    `weight_packed`, or a `weight` stored in an 8-bit element dtype."""
+    out = {}
+    for module, tensors in module_tensors(store).items():
+        w = tensors.get("weight")
+        if (QUANT_SUFFIXES & tensors.keys()) or (
+                w is not None and len(w.shape) == 2 and w.dtype in QUANT_WEIGHT_DTYPES):
+            out[module] = tensors
+    return out
+
+
+def linear_modules(store: TensorStore) -> list[str]:
+    """Modules with a 2-D `weight` (Linear-like; embeddings look the same on disk)."""
+    return sorted(m for m, t in module_tensors(store).items()
+                  if ("weight" in t and len(t["weight"].shape) == 2) or "weight_packed" in t)
