@@ -216,7 +216,8 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
         if not all(bool(jnp.array_equal(v, vals[0])) for v in vals):
             warnings.warn(
                 "fuse: static input scales of the fused parts differ "
-                f"({[float(v) for v in vals]}); one value is needed, taking the max",
+                f"({[float(v) for v in vals]}); one value is needed, taking the widest range "
+                "(the largest multiplier or the smallest divisor)",
                 stacklevel=2)
         reduce = jnp.min if spec.activation.global_scale is GlobalScale.DIVISOR else jnp.max
         iscale = reduce(jnp.stack(vals))  # the widest activation range in either convention
