@@ -180,8 +180,11 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
             raise TypeError(f"fuse: part {i} is {type(p).__name__}, not a QuantizedWeight")
         if p.layout != "nk":
             raise ValueError(f"fuse: part {i} has layout {p.layout!r}; fuse canonical (N, K) weights")
-        if p.shape[1] != first.shape[1] or p.storage_shape[1] != first.storage_shape[1]:
+        if p.shape[1] != first.shape[1]:
             raise ValueError(f"fuse: part {i} has K={p.shape[1]}, part 0 has K={first.shape[1]}")
+        if p.storage_shape[1] != first.storage_shape[1]:
+            raise ValueError(f"fuse: part {i} is stored with K padded to {p.storage_shape[1]}, "
+                             f"part 0 to {first.storage_shape[1]} (different K tiles)")
         if _spec_modulo_tensor(p.spec) != _spec_modulo_tensor(first.spec):
             raise ValueError(f"fuse: part {i} has spec {p.spec.describe()}, "
                              f"part 0 has {first.spec.describe()}")

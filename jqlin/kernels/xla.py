@@ -3,8 +3,8 @@
 Weights are dequantized to float32 exactly as their producer dequantizes them, activations are
 fake-quantized in float32 by the spec's rule, and the product is taken in float32 at HIGHEST
 precision. deterministic=True computes each row with its own (1, K) x (K, N) product inside a
-sequential map, so a row's bits cannot depend on M or on other rows (XLA's own dot may pick
-M-dependent blockings, so it is not batch-invariant).
+sequential map (jqlin.rowwise), so a row's bits cannot depend on M or on other rows (XLA's own
+dot may pick M-dependent blockings, so it is not batch-invariant).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from ..dispatch import ANY, ANY_ACTIVATION, Kernel, register_kernel
 from ..numerics import fake_quantize_activation
 from ..qweight import QuantizedWeight
+from ..rowwise import seq_map
 from ..spec import QuantSpec
 
 
@@ -39,7 +40,7 @@ def xla_matmul(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, determin
     dot = lambda a: jnp.dot(a, w.T, precision=jax.lax.Precision.HIGHEST,
                             preferred_element_type=jnp.float32)
     if deterministic:
-        y = jax.lax.map(lambda row: dot(row[None, :])[0], xq)
+        y = seq_map(lambda row: dot(row[None, :])[0], xq)
     else:
         y = dot(xq)
     return qw.trim_rows(y).astype(x2d.dtype)

@@ -1,0 +1,185 @@
+"""quantize_model: replace the nnx.Linear layers of an NNX model by QuantDense, by path rules.
+
+Rules select layers by the dotted path of the layer in the model (e.g.
+`layers.0.self_attn.qkv.parts.q_proj`, `lm_head`): a glob (`fnmatch`, `*` crosses dots) or a
+regular expression written `re:<pattern>` (searched). The first matching rule wins; its format
+(a name in `jqlin.formats` or a QuantSpec) quantizes the layer, `None` keeps it in floating point.
+Layers matching no rule are left alone.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ..dispatch import Explanation
+from ..spec import QuantSpec
+from .dense import QuantDense, _spec
+from .fused import FusedLinear
+
+__all__ = ["quantize_model", "quant_layers", "linear_layers", "configure", "explain_model"]
+
+Rule = tuple[str, "QuantSpec | str | None"]
+
+
+def _path_str(path: Sequence[Any]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _normalize_rules(rules: Any) -> list[Rule]:
+    if isinstance(rules, (str, QuantSpec)):
+        return [("*", rules)]
+    if isinstance(rules, Mapping):
+        rules = list(rules.items())
+    out = []
+    for i, rule in enumerate(rules):
+        if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)):
+            raise TypeError(f"rules[{i}] must be a (pattern, format-or-None) pair, got {rule!r}")
+        pattern, fmt = rule
+        if fmt is not None:
+            _spec(fmt)  # unknown names fail here, before the model is touched
+        if pattern.startswith("re:"):
+            re.compile(pattern[3:])
+        out.append((pattern, fmt))
+    return out
+
+
+def _matches(pattern: str, path: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.search(pattern[3:], path) is not None
+    return fnmatch.fnmatchcase(path, pattern)
+
+
+def _modules(model: nnx.Module, kind: type) -> Iterator[tuple[str, tuple, nnx.Module]]:
+    for path, node in nnx.iter_graph(model):
+        if isinstance(node, kind):
+            yield _path_str(path), tuple(path), node
+
+
+def linear_layers(model: nnx.Module) -> dict[str, nnx.Linear]:
+    """Dotted path -> nnx.Linear for every float linear layer in the model."""
+    return {p: n for p, _, n in _modules(model, nnx.Linear)}
+
+
+def quant_layers(model: nnx.Module) -> dict[str, QuantDense]:
+    """Dotted path -> QuantDense for every quantized layer in the model."""
+    return {p: n for p, _, n in _modules(model, QuantDense)}
+
+
+def configure(model: nnx.Module, **options: Any) -> nnx.Module:
+    """Set QuantDense options (kernel, deterministic, weight_only, dtype) on every layer."""
+    allowed = {"kernel", "deterministic", "weight_only", "dtype"}
+    if set(options) - allowed:
+        raise TypeError(f"configure: unknown options {sorted(set(options) - allowed)}; "
+                        f"allowed {sorted(allowed)}")
+    for layer in quant_layers(model).values():
+        for k, v in options.items():
+            setattr(layer, k, v)
+    return model
+
+
+def explain_model(model: nnx.Module, m: int = 1) -> dict[str, Explanation]:
+    """Dotted path -> the dispatcher's choice for each QuantDense at M = m rows."""
+    return {p: layer.explain((m, layer.in_features)) for p, layer in quant_layers(model).items()}
+
+
+def _is_container(node: Any) -> bool:
+    return isinstance(node, (nnx.List, nnx.Dict, list, dict))
+
+
+def _set_child(model: nnx.Module, path: tuple, new: nnx.Module) -> None:
+    parent = model
+    for key in path[:-1]:
+        parent = parent[key] if _is_container(parent) else getattr(parent, key)
+    if _is_container(parent):
+        parent[path[-1]] = new
+    else:
+        setattr(parent, path[-1], new)
+
+
+class _InputRecorder(nnx.Module):
+    """Stands in for an nnx.Linear during calibration and records max |input|."""
+
+    def __init__(self, linear: nnx.Linear, path: str):
+        self.linear = linear
+        self.path = path
+        self.amax = None
+        self.out_features = linear.out_features
+        self.in_features = linear.in_features
+
+    def __call__(self, x, **_unused):
+        if isinstance(x, jax.core.Tracer):
+            raise ValueError(f"calibration of {self.path}: run the calibrate function eagerly "
+                             "(not under jit), so inputs can be recorded")
+        a = float(jnp.max(jnp.abs(jnp.asarray(x, jnp.float32))))
+        self.amax = a if self.amax is None else max(self.amax, a)
+        return self.linear(x)
+
+
+def _needs_input_scale(spec: QuantSpec) -> bool:
+    act = spec.activation
+    return act is not None and (not act.dynamic or act.global_scale is not None)
+
+
+def quantize_model(model: nnx.Module, rules: Any, *,
+                   calibrate: Callable[[nnx.Module], Any] | None = None,
+                   input_scales: Mapping[str, Any] | None = None, fuse: bool = True,
+                   **options: Any) -> nnx.Module:
+    """Replace the model's nnx.Linear layers selected by `rules` by QuantDense (in place;
+    the model is returned too).
+
+    rules: a format (applies to every Linear), or (pattern, format-or-None) pairs / a mapping.
+    Formats with a static activation scale (fp8_per_tensor, nvfp4) need the scale per layer:
+    `input_scales={path: scale}` in the spec's convention, or `calibrate(model)`, a function
+    that runs the model eagerly on sample inputs while each selected layer records its max |x|.
+    fuse: afterwards merge FusedLinear parts that became QuantDense of one spec.
+    options: QuantDense options (kernel, deterministic, weight_only).
+    """
+    rules = _normalize_rules(rules)
+    chosen: dict[str, tuple[tuple, nnx.Linear, QuantSpec]] = {}
+    for path, pth, node in _modules(model, nnx.Linear):
+        for pattern, fmt in rules:
+            if _matches(pattern, path):
+                if fmt is not None:
+                    chosen[path] = (pth, node, _spec(fmt))
+                break
+    scales = dict(input_scales or {})
+    unknown = set(scales) - set(chosen)
+    if unknown:
+        raise ValueError(f"input_scales names layers that no rule quantizes: {sorted(unknown)}")
+    need = [p for p, (_, _, s) in chosen.items() if _needs_input_scale(s) and p not in scales]
+    if need and calibrate is not None:
+        recorders = {}
+        for p in need:
+            pth, node, _ = chosen[p]
+            recorders[p] = _InputRecorder(node, p)
+            _set_child(model, pth, recorders[p])
+        try:
+            calibrate(model)
+        finally:
+            for p in need:
+                _set_child(model, chosen[p][0], chosen[p][1])
+        for p, rec in recorders.items():
+            if rec.amax is None:
+                raise ValueError(f"calibrate() never called layer {p}")
+            scales[p] = _scale_from_amax(chosen[p][2], rec.amax)
+    elif need:
+        raise ValueError(f"formats with a static activation scale need input_scales= or "
+                         f"calibrate= for: {need}")
+    for path, (pth, node, spec) in chosen.items():
+        iscale = scales.get(path) if _needs_input_scale(spec) else None
+        _set_child(model, pth, QuantDense.from_linear(node, spec, input_scale=iscale, **options))
+    if fuse:
+        for _, _, node in list(_modules(model, FusedLinear)):
+            node.fuse()
+    return model
+
+
+def _scale_from_amax(spec: QuantSpec, amax: jax.Array) -> jax.Array:
+    from ..qweight import calibrate_input_scale
+    return calibrate_input_scale(spec.activation, jnp.asarray([amax], jnp.float32))

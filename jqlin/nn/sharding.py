@@ -1,0 +1,209 @@
+"""Tensor-parallel QuantDense: partition specs for quantized data and scales, and the shard_map
+around the kernel.
+
+Column parallel splits the output features N: every device holds whole rows of codes with
+their row scales and computes its own output columns from the full activation, so the numerics
+are those of the unsharded layer. Row parallel splits the input features K: every device
+multiplies its K-slice and the partial products are summed (`psum`, in float32).
+
+A shard boundary may never cut a scale tile: block rows (column) or block/group columns (row)
+must be whole on each device, and row parallel cannot serve activation scales that span the
+whole row (per-token or dynamic per-tensor): each device would compute its own scale, silently
+changing the numerics. Both are errors naming the tensor and the sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ..dispatch import matmul
+from ..qweight import QuantizedWeight
+from ..spec import Granularity
+
+__all__ = ["TensorParallel", "weight_partition_specs", "shard_layer", "sharded_matmul"]
+
+MODES = ("column", "row")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorParallel:
+    """How a QuantDense is split: over mesh axis `axis`, `mode` column or row; activations'
+    leading (token) dimension optionally split over `batch_axis`."""
+
+    mesh: Mesh
+    mode: str
+    axis: str
+    batch_axis: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"tensor-parallel mode must be one of {MODES}, got {self.mode!r}")
+        for name in (self.axis, self.batch_axis):
+            if name is not None and name not in self.mesh.shape:
+                raise ValueError(f"mesh has axes {tuple(self.mesh.shape)}; no axis {name!r}")
+        if self.axis == self.batch_axis:
+            raise ValueError("axis and batch_axis must be different mesh axes")
+
+    @property
+    def size(self) -> int:
+        return self.mesh.shape[self.axis]
+
+
+def weight_partition_specs(qw: QuantizedWeight, mode: str, axis: str, n_shards: int, *,
+                           weight_only: bool = False) -> dict[str, P | None]:
+    """PartitionSpec of each stored array of `qw` ("data", "scale", "global_scale",
+    "input_scale"; None where the array is absent) for `mode` over `n_shards` devices."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    wk = qw.spec.weight
+    rows, cols = qw.storage_shape
+    g = wk.granularity
+    specs: dict[str, P | None] = {}
+    if mode == "column":
+        if rows % n_shards:
+            raise ValueError(f"column parallel: {rows} stored weight rows (out_features, padded "
+                             f"to whole blocks) do not divide over {n_shards} devices")
+        local = rows // n_shards
+        if g is Granularity.BLOCK and local % wk.block[0]:
+            raise ValueError(
+                f"column parallel: a shard boundary would split a {wk.block[0]}-row scale block "
+                f"(weight scale grid {tuple(qw.scale.shape)}; {rows} rows over {n_shards} devices "
+                f"= {local} rows each, not a multiple of {wk.block[0]})")
+        specs["data"] = P(axis, None)
+        specs["scale"] = P(None, None) if g is Granularity.TENSOR else P(axis, None)
+        if qw.global_scale is not None:
+            specs["global_scale"] = P(axis) if qw.global_scale.ndim == 1 else P()
+    else:
+        if cols % n_shards:
+            raise ValueError(f"row parallel: {cols} stored weight columns (in_features, padded "
+                             f"to whole tiles) do not divide over {n_shards} devices")
+        local = cols // n_shards
+        if wk.k_tile and local % wk.k_tile:
+            raise ValueError(
+                f"row parallel: a shard boundary would split a weight scale "
+                f"{'block' if g is Granularity.BLOCK else 'group'} of {wk.k_tile} columns "
+                f"(weight scale grid {tuple(qw.scale.shape)}; {cols} columns over {n_shards} "
+                f"devices = {local} each)")
+        if wk.is_fp4 and local % 2:
+            raise ValueError(f"row parallel: {local} columns per device split a packed e2m1 byte")
+        act = None if weight_only else qw.spec.activation
+        if act is not None:
+            if act.granularity is Granularity.TOKEN or (
+                    act.granularity is Granularity.TENSOR and act.dynamic):
+                raise ValueError(
+                    f"row parallel: the activation scale [{act.describe()}] spans the whole row "
+                    "of in_features; each device would compute its own scale and change the "
+                    "numerics. Use column parallel (or weight_only=True)")
+            if act.k_tile and local % act.k_tile:
+                raise ValueError(
+                    f"row parallel: a shard boundary would split an activation scale group of "
+                    f"{act.k_tile} ({cols} columns over {n_shards} devices = {local} each)")
+        specs["data"] = P(None, axis)
+        specs["scale"] = P(None, axis) if wk.k_tile else P(None, None)
+        if qw.global_scale is not None:
+            specs["global_scale"] = P(*([None] * qw.global_scale.ndim))
+    specs.setdefault("global_scale", None)
+    specs["input_scale"] = None if qw.input_scale is None else P()
+    return specs
+
+
+def shard_layer(layer, mesh: Mesh, mode: str, axis: str, *, batch_axis: str | None = None) -> None:
+    """Place a QuantDense's arrays with NamedShardings (recorded as NNX `out_sharding`
+    metadata) and make its calls run tensor-parallel."""
+    tp = TensorParallel(mesh, mode, axis, batch_axis)
+    specs = weight_partition_specs(layer.qweight, mode, axis, tp.size,
+                                   weight_only=layer.weight_only)
+    for name, spec in specs.items():
+        var = getattr(layer, name)
+        if var is None:
+            continue
+        var.set_value(jax.device_put(var.get_value(), NamedSharding(mesh, spec)))
+        var.set_metadata(out_sharding=tuple(spec))
+    if layer.bias is not None:  # bias is added to the trimmed, logical output: replicate
+        layer.bias.set_value(jax.device_put(layer.bias.get_value(), NamedSharding(mesh, P())))
+        layer.bias.set_metadata(out_sharding=(None,))
+    layer.parallel = tp
+
+
+def sharded_matmul(x: jax.Array, qw: QuantizedWeight, tp: TensorParallel, *, kernel: str = "auto",
+                   deterministic: bool = False, weight_only: bool = False) -> jax.Array:
+    """`jqlin.matmul(x, qw)` computed tensor-parallel as `tp` says; same result as unsharded
+    (column: same per-column arithmetic; row: float32 partial sums added across devices)."""
+    specs = weight_partition_specs(qw, tp.mode, tp.axis, tp.size, weight_only=weight_only)
+    x = jnp.asarray(x)
+    n, k = qw.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x has shape {x.shape}; expected (..., {k}) to match in_features")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    batch = tp.batch_axis if tp.batch_axis and m % tp.mesh.shape[tp.batch_axis] == 0 else None
+    names = tuple(name for name, spec in specs.items() if spec is not None)
+    fn = _sharded_fn(tp, qw.spec, qw.shape, qw.storage_shape, qw.segments, qw.layout, names,
+                     tuple(specs[name] for name in names), batch, kernel, deterministic,
+                     weight_only)
+    y = fn(x2, *[getattr(qw, name) for name in names])
+    return y.reshape(*lead, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, names, specs, batch,
+                kernel, deterministic, weight_only):
+    """The jitted shard_map program for one layer configuration (cached: eager calls reuse it;
+    jit also reshards the inputs to the in_specs)."""
+    (n, k), (rows, cols) = shape, storage
+    opts = dict(kernel=kernel, deterministic=deterministic, weight_only=weight_only)
+    logical = QuantizedWeight(None, None, None, None, spec, shape, segments, layout)
+
+    def local_weight(parts, local_shape):
+        got: dict[str, Any] = dict(zip(names, parts))
+        return QuantizedWeight(got["data"], got["scale"], got.get("global_scale"),
+                               got.get("input_scale"), spec, local_shape, (), layout)
+
+    if tp.mode == "column":
+        def body(xl, *parts):
+            return matmul(xl, local_weight(parts, (rows // tp.size, k)), **opts)
+
+        mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, None), *specs),
+                               out_specs=P(batch, tp.axis), check_vma=False)
+
+        def run(x2, *arrays):
+            x2, arrays = _placed(tp.mesh, P(batch, None), x2, specs, arrays)
+            y = mapped(x2, *arrays)
+            if rows == n and not segments:  # nothing to trim: the output stays column-sharded
+                return y
+            # padding rows sit inside shards: gather the columns, then drop them
+            return logical.trim_rows(_put(y, tp.mesh, P(batch, None)))
+    else:
+        def body(xl, *parts):
+            yl = matmul(xl, local_weight(parts, (rows, cols // tp.size)), **opts)
+            return jax.lax.psum(yl, tp.axis)
+
+        mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, tp.axis), *specs),
+                               out_specs=P(batch, None), check_vma=False)
+
+        def run(x2, *arrays):
+            # f32 partials: summing rounded bf16 partials would add error the unsharded layer lacks
+            xp = jnp.pad(x2.astype(jnp.float32), ((0, 0), (0, cols - k)))
+            xp, arrays = _placed(tp.mesh, P(batch, tp.axis), xp, specs, arrays)
+            y = _put(mapped(xp, *arrays), tp.mesh, P(batch, None))
+            return logical.trim_rows(y).astype(x2.dtype)
+    return jax.jit(run)
+
+
+def _put(a: jax.Array, mesh: Mesh, spec: P) -> jax.Array:
+    """`a` resharded to `spec` (a no-op where it already is), for Explicit and Auto meshes."""
+    sharding = NamedSharding(mesh, spec)
+    if any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return jax.reshard(a, sharding)
+    return jax.lax.with_sharding_constraint(a, sharding)
+
+
+def _placed(mesh, x_spec, x, specs, arrays):
+    return _put(x, mesh, x_spec), [_put(a, mesh, spec) for a, spec in zip(arrays, specs)]

@@ -1,0 +1,109 @@
+"""Sharded-vs-unsharded QuantDense on 8 CPU host devices; run by test_sharding.py in a
+subprocess because XLA_FLAGS must be set before jax is imported. Exits non-zero on failure."""
+
+import os
+import sys
+
+assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
+    "run with XLA_FLAGS=--xla_force_host_platform_device_count=8"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jqlin  # noqa: E402
+from jqlin.nn import QuantDense  # noqa: E402
+
+assert jax.device_count() == 8, jax.devices()
+rng = np.random.default_rng(0)
+mesh = jax.make_mesh((2, 4), ("data", "model"))
+STATIC = {"nvfp4", "fp8_per_tensor"}
+
+
+def weight(n, k):
+    return rng.standard_normal((n, k)) * np.exp(rng.standard_normal((n, 1))) * np.exp(
+        rng.standard_normal((1, k)))
+
+
+def layer(fmt, n, k, x):
+    qw = jqlin.quantize(jnp.asarray(weight(n, k), jnp.float32), fmt,
+                        calibration=x if fmt in STATIC else None)
+    return QuantDense.from_quantized(qw, jnp.asarray(rng.standard_normal(n), jnp.float32))
+
+
+def check(name, qd, x, mode, mesh=mesh, **call):
+    ref = np.asarray(qd(x, **call))
+    sharded = nnx.clone(qd)
+    sharded.weight_only = call.get("weight_only", False)  # validated when the weight is placed
+    sharded.shard(mesh, mode, "model", batch_axis="data")
+    data = sharded.data.get_value()
+    want = P("model", None) if mode == "column" else P(None, "model")
+    assert data.sharding.spec == want, (name, data.sharding.spec)
+    local = data.addressable_shards[0].data.shape
+    assert local == ((data.shape[0] // 4, data.shape[1]) if mode == "column"
+                     else (data.shape[0], data.shape[1] // 4)), (name, local)
+    specs = nnx.get_partition_spec(nnx.state(sharded))
+    assert tuple(specs["data"].get_value()) == tuple(want), name
+    y = np.asarray(sharded(x, **call))
+    y_jit = np.asarray(nnx.jit(lambda m, v: m(v, **call))(sharded, x))
+    assert y.shape == ref.shape and y.dtype == ref.dtype, name
+    scale = np.abs(ref.astype(np.float32)).max()
+    tol = 1e-5 if ref.dtype == np.float32 else 1e-2  # row parallel: f32 partials, re-ordered sum
+    for got in (y, y_jit):
+        np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), rtol=tol,
+                                   atol=tol * scale, err_msg=name)
+    print(f"ok {name}: max rel diff {np.abs(y.astype(np.float32) - ref).max() / scale:.1e}")
+
+
+def expect_error(name, fn, match):
+    try:
+        fn()
+    except ValueError as e:
+        assert match in str(e), (name, str(e))
+        print(f"ok {name}: {e}")
+        return
+    raise AssertionError(f"{name}: no error")
+
+
+x = jnp.asarray(rng.standard_normal((2, 3, 512)) * 2, jnp.float32)  # 6 rows: split over "data"
+for fmt in ["fp8_block", "fp8_ptpc", "fp8_per_tensor", "nvfp4", "mxfp8", "mxfp4_a16"]:
+    qd = layer(fmt, 512, 512, x)
+    check(f"{fmt} column", qd, x, "column")
+    if fmt == "fp8_ptpc":  # per-token scales span all of K: row parallel would change them
+        expect_error("fp8_ptpc row", lambda: nnx.clone(qd).shard(mesh, "row", "model"),
+                     "spans the whole row")
+        check(f"{fmt} row weight_only", qd, x, "row", weight_only=True)
+    else:
+        check(f"{fmt} row", qd, x, "row")
+    if fmt in ("fp8_block", "nvfp4"):
+        check(f"{fmt} column deterministic", qd, x, "column", deterministic=True)
+        check(f"{fmt} row deterministic", qd, x, "row", deterministic=True)
+
+# bf16 activations, odd K handled by padding inside the row-parallel path
+xb = jnp.asarray(rng.standard_normal((4, 512)), jnp.bfloat16)
+check("fp8_block bf16 row", layer("fp8_block", 512, 512, xb), xb, "row")
+
+# fused weight whose parts end in partial blocks: rows map back through segments
+parts = [jqlin.quantize(jnp.asarray(weight(130, 512), jnp.float32), "fp8_block") for _ in range(2)]
+fused = QuantDense.from_quantized(jqlin.fuse(parts))
+assert fused.segments
+check("fused fp8_block column (segments)", fused, x, "column")
+check("fused fp8_block row (segments)", fused, x, "row")
+
+# a mesh built the classic way (Auto axes) and a layer inside a jitted NNX model
+auto = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+check("mxfp8 column, Auto-axis mesh", layer("mxfp8", 512, 512, x), x, "column", mesh=auto)
+check("nvfp4 row, Auto-axis mesh", layer("nvfp4", 512, 512, x), x, "row", mesh=auto)
+
+# shard boundaries inside a scale tile are errors
+blk = layer("fp8_block", 256, 256, x[..., :256])
+expect_error("block rows split", lambda: nnx.clone(blk).shard(mesh, "column", "model"), "128-row scale block")
+expect_error("block cols split", lambda: nnx.clone(blk).shard(mesh, "row", "model"), "block of 128")
+grp = layer("nvfp4_a16", 64, 160, x[..., :160])
+expect_error("nvfp4 groups split", lambda: nnx.clone(grp).shard(mesh, "row", "model"), "group of 16")
+expect_error("bad mode", lambda: nnx.clone(grp).shard(mesh, "diagonal", "model"), "mode")
+expect_error("bad axis", lambda: nnx.clone(grp).shard(mesh, "column", "tensor"), "no axis")
+print("ALL OK")
+sys.exit(0)
