@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n(checkpoint demo unavailable: {e})")
         return 0
     print()
-    run_llama_demo(pathlib.Path(args.checkpoint))
+    run_llama_demo(pathlib.Path(args.checkpoint), format=args.format)
     return 0
 
 
@@ -76,4 +76,6 @@ def add_parser(sub) -> None:
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--checkpoint", default=str(SHIPPED),
                    help="checkpoint directory for the model demo (default: the shipped one)")
+    p.add_argument("--format", default="fp8_block", choices=formats.names(),
+                   help="format an unquantized checkpoint is converted to (default: fp8_block)")
     p.set_defaults(func=run)
