@@ -198,11 +198,12 @@ class QuantDense(nnx.Module):
         return explain(x, self.qweight, **self._resolve(kernel, deterministic, weight_only))
 
     def shard(self, mesh: jax.sharding.Mesh, mode: str, axis: str, *,
-              batch_axis: str | None = None) -> "QuantDense":
+              batch_axis: str | None = None, gather: bool = False) -> "QuantDense":
         """Place the weight tensor-parallel over `mesh` axis `axis`: mode "column" splits the
-        output features, "row" the input features (see jqlin.nn.sharding). Returns self."""
+        output features, "row" the input features (see jqlin.nn.sharding); `gather` returns a
+        column-parallel output replicated. Returns self."""
         from .sharding import shard_layer
-        shard_layer(self, mesh, mode, axis, batch_axis=batch_axis)
+        shard_layer(self, mesh, mode, axis, batch_axis=batch_axis, gather=gather)
         return self
 
     def __repr__(self) -> str:  # nnx's default repr prints every array

@@ -34,12 +34,16 @@ MODES = ("column", "row")
 @dataclasses.dataclass(frozen=True)
 class TensorParallel:
     """How a QuantDense is split: over mesh axis `axis`, `mode` column or row; activations'
-    leading (token) dimension optionally split over `batch_axis`."""
+    leading (token) dimension optionally split over `batch_axis`. `gather` makes a column-
+    parallel layer return its output replicated: left sharded, the next reduction over the
+    features (a norm, attention) would run as per-device partial sums plus an all-reduce and
+    differ from one device in the last bits."""
 
     mesh: Mesh
     mode: str
     axis: str
     batch_axis: str | None = None
+    gather: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -113,10 +117,11 @@ def weight_partition_specs(qw: QuantizedWeight, mode: str, axis: str, n_shards: 
     return specs
 
 
-def shard_layer(layer, mesh: Mesh, mode: str, axis: str, *, batch_axis: str | None = None) -> None:
+def shard_layer(layer, mesh: Mesh, mode: str, axis: str, *, batch_axis: str | None = None,
+                gather: bool = False) -> None:
     """Place a QuantDense's arrays with NamedShardings (recorded as NNX `out_sharding`
     metadata) and make its calls run tensor-parallel."""
-    tp = TensorParallel(mesh, mode, axis, batch_axis)
+    tp = TensorParallel(mesh, mode, axis, batch_axis, gather)
     specs = weight_partition_specs(layer.qweight, mode, axis, tp.size,
                                    weight_only=layer.weight_only)
     for name, spec in specs.items():
@@ -176,7 +181,7 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
         def run(x2, *arrays):
             x2, arrays = _placed(tp.mesh, P(batch, None), x2, specs, arrays)
             y = mapped(x2, *arrays)
-            if rows == n and not segments:  # nothing to trim: the output stays column-sharded
+            if rows == n and not segments and not tp.gather:  # the output stays column-sharded
                 return y
             # padding rows sit inside shards: gather the columns, then drop them
             return logical.trim_rows(_put(y, tp.mesh, P(batch, None)))

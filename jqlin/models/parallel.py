@@ -1,0 +1,58 @@
+"""Tensor-parallel Llama: every QuantDense placed column- or row-parallel over one mesh axis.
+
+Two layouts:
+- "megatron": q/k/v and gate/up column-parallel, o_proj and down_proj row-parallel (their
+  float32 partial products are summed across devices). Fewer bytes move, but the K reduction
+  of the row-parallel layers is split, so results differ from one device in the last bits.
+- "column": every quantized layer column-parallel. Each device computes whole output columns
+  with the unsharded layer's arithmetic, so logits are bitwise those of one device; this is
+  the layout for deterministic (batch-invariant) serving.
+Everything else (embeddings, norms, an unquantized lm_head) is replicated over the mesh.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ..nn.quantize_model import quant_layers
+
+__all__ = ["shard_model", "STYLES"]
+
+STYLES = ("megatron", "column")
+_ROW_PARALLEL = ("o_proj", "down_proj")
+
+
+def shard_model(model: nnx.Module, mesh: Mesh, axis: str = "tp", *, style: str = "megatron"
+                ) -> dict[str, str]:
+    """Place `model`'s quantized layers tensor-parallel over `mesh` axis `axis`, in place.
+
+    Returns {layer path: "column" | "row"}. A layer that cannot be split as the style asks
+    (a scale block or activation group cut by a shard boundary, or a row-parallel layer whose
+    activation scale spans the whole row) raises ValueError naming it; choose style="column"
+    or another mesh size then.
+    """
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    if axis not in mesh.shape:
+        raise ValueError(f"mesh has axes {tuple(mesh.shape)}; no axis {axis!r}")
+    layout = {}
+    for path, layer in quant_layers(model).items():
+        mode = "row" if style == "megatron" and path.endswith(_ROW_PARALLEL) else "column"
+        try:
+            layer.shard(mesh, mode, axis, gather=style == "column")
+        except ValueError as e:
+            raise ValueError(f"shard_model(style={style!r}): layer {path}: {e}") from None
+        layout[path] = mode
+    replicated = NamedSharding(mesh, P())
+
+    def place(a):
+        if isinstance(a, jax.Array) and not (
+                isinstance(a.sharding, NamedSharding) and a.sharding.mesh == mesh):
+            return jax.device_put(a, replicated)
+        return a
+
+    graphdef, state = nnx.split(model)
+    nnx.update(model, jax.tree.map(place, state))
+    return layout

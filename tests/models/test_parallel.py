@@ -1,0 +1,41 @@
+"""Tensor-parallel Llama from quantized checkpoints on 2 CPU host devices vs one device
+(a subprocess: the device count must be set before jax is imported). The same script runs on
+GPUs through the device tool (benchmarks/README in NOTES.md)."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).with_name("tp_check.py")
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_llama_tensor_parallel_matches_one_device(fixtures_dir):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(SCRIPT), str(fixtures_dir), "2"], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and "ALL OK" in r.stdout, (r.stdout + r.stderr)[-4000:]
+    assert r.stdout.count("det_bitwise=True") >= 3  # every "column" layout is bitwise
+
+
+def test_shard_model_rejects_unknown_style_and_axis():
+    import jax
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import Mesh
+
+    from jqlin.models.llama import Llama, LlamaConfig
+    from jqlin.models.parallel import shard_model
+    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    model = Llama(cfg, rngs=nnx.Rngs(0))
+    mesh = Mesh(np.array(jax.devices()[:1]), ("tp",))
+    with pytest.raises(ValueError, match="style"):
+        shard_model(model, mesh, style="diagonal")
+    with pytest.raises(ValueError, match="no axis 'x'"):
+        shard_model(model, mesh, "x")
