@@ -7,3 +7,9 @@ try:  # Pallas glue; a JAX without Pallas GPU still has the XLA path.
 except ImportError as e:  # pragma: no cover - reported by explain() as a missing kernel
     import warnings
     warnings.warn(f"jqlin: Pallas FP8 kernels unavailable: {e}")
+
+try:
+    from . import pallas_fp4  # noqa: F401
+except ImportError as e:  # pragma: no cover - reported by explain() as a missing kernel
+    import warnings
+    warnings.warn(f"jqlin: Pallas NVFP4/MX kernels unavailable: {e}")

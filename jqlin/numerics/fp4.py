@@ -24,8 +24,8 @@ def cast_e2m1(x: jax.Array, *, ties: str = "even") -> jax.Array:
     ties="zero": ties toward zero (ModelOpt's MX fp4 cast: its thresholds are exclusive).
     """
     x = x.astype(jnp.float32)
-    if ties == "even":
-        return jnp.clip(x, -E2M1_MAX, E2M1_MAX).astype(E2M1)
+    if ties == "even":  # barrier: see cast_e4m3 (XLA may delete a narrowing convert pair)
+        return jax.lax.optimization_barrier(jnp.clip(x, -E2M1_MAX, E2M1_MAX).astype(E2M1))
     if ties != "zero":
         raise ValueError(f"ties must be 'even' or 'zero', got {ties!r}")
     mag = jnp.abs(x)

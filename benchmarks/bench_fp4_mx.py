@@ -1,0 +1,134 @@
+"""NVFP4 / MXFP4 / MXFP8 kernels on the device: auto kernels, variants and baselines, one run.
+
+Built on jqlin.bench (same timing, same copy-bandwidth and bf16 `jnp.dot` baselines measured in
+the same process), adding what the group-scaled kernels need to be judged:
+  * decode variants of the e2m1 decoder ("asm" PTX vs portable "jnp") and tile configs;
+  * MXFP8 W8A8 with fp8 MMAs per 32-chunk vs bf16 dequantization;
+  * `jax.nn.scaled_dot_general` with the mxfp8 config (bf16 inputs quantized inside the call,
+    decomposed on Hopper) -- the MXFP8 baseline of the issue.
+
+    PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts decode,large
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+
+from jqlin import bench, dispatch
+from jqlin.kernels.pallas_fp4 import apply
+from pallas_kernels.common import MatmulConfig as C, cdiv
+from pallas_kernels.fp8_heuristics import num_sms, split_for
+
+DECODE_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096),
+                 ("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 6144), ("llama3-8b", 4096, 4096),
+                 ("llama3-70b", 8192, 10240), ("llama3-70b", 8192, 57344),
+                 ("llama3-70b", 28672, 8192), ("deepseek-v3", 7168, 24576),
+                 ("deepseek-v3", 7168, 36864), ("deepseek-v3", 18432, 7168)]
+LARGE_SHAPES = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576)]
+
+
+def _sdg_mxfp8(x, w):
+    cfg = jax.nn.get_scaled_dot_general_config("mxfp8")
+    return jax.nn.scaled_dot_general(x, w, (((1,), (1,)), ((), ())),
+                                     preferred_element_type=jnp.bfloat16, configs=[cfg] * 3)
+
+
+def _variant(fmt: str, tag: str, m: int | None = None, **kw) -> bench.Op:
+    """The format's kernel with overrides (config / decode / mxfp8_variant), recorded as is."""
+    interpret = jax.default_backend() == "cpu"  # CPU: a smoke run of the script itself
+
+    def fn(x, qw):
+        return apply(x, qw, qw.spec, interpret=interpret, **kw)
+    rec = {k: (v.to_json() if isinstance(v, C) else v) for k, v in kw.items()}
+    return bench.Op(f"var[{tag}]", fmt, "default", fn, min_m=m, max_m=m, config=rec)
+
+
+def _auto(fmt: str, det: bool = False) -> bench.Op:
+    kernel = bench._auto_kernel(bench.formats.get(fmt))
+    return bench.Op(kernel, fmt, "det" if det else "default", bench._kernel_op(kernel, det))
+
+
+def _decode_cfg(cfg: C, m: int, n: int, k: int, per_sm: int) -> C:
+    """split_k filled per shape like the heuristic: about `per_sm` programs per SM."""
+    split = split_for(cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), k, cfg.block_k,
+                      target=per_sm * num_sms())
+    return dataclasses.replace(cfg, split_k=split)
+
+
+def decode_ops(k: int, n: int) -> list[bench.Op]:
+    ops = [bench.Op("bf16", None, "default", bench._bf16_dot)]
+    for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True)]
+    ops += [_auto("nvfp4"), _auto("mxfp4"), _auto("mxfp8")]
+    ops.append(_variant("nvfp4_a16", "jnp-decode", decode="jnp"))
+    for m in (1, 16):  # run 1's heuristic (2 programs per SM, 4 stages), for the A/B
+        cfg = _decode_cfg(C(16, 64, 256, num_warps=4, num_stages=4, variant="swap"), m, n, k, 2)
+        ops.append(_variant("nvfp4_a16", "run1-cfg", m=m, config=cfg))
+        cfg = _decode_cfg(C(16, 64, 256, num_warps=4, num_stages=3, variant="swap"), m, n, k, 8)
+        ops.append(_variant("nvfp4_a16", "8-per-SM", m=m, config=cfg))
+    return ops
+
+
+def large_ops(k: int, n: int) -> list[bench.Op]:
+    del k, n
+    ops = [bench.Op("bf16", None, "default", bench._bf16_dot),
+           bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8)]
+    for fmt in ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True)]
+    for fmt in ("nvfp4_a16", "mxfp8"):  # the Triton kernel at the same M (default config)
+        ops.append(_variant(fmt, "pallas-path", path="pallas"))
+    ops.append(_variant("nvfp4_a16", "pallas-swap256x128x64w8", path="pallas",
+                        config=C(256, 128, 64, num_warps=8, num_stages=3, variant="swap")))
+    ops.append(_variant("mxfp8", "fp8mma64x128x128w4", mxfp8_variant="fp8mma",
+                        config=C(64, 128, 128, num_warps=4, num_stages=4)))
+    return ops
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--parts", default="large,decode")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--tiny", action="store_true", help="CPU smoke test of the script")
+    args = p.parse_args(argv)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records, meta = [], {}
+    stream = open(out / "bench_fp4_mx.jsonl", "w")
+
+    def on_record(rec):
+        records.append(rec)
+        stream.write(json.dumps(rec) + "\n")
+        stream.flush()
+
+    plan = []
+    for part in args.parts.split(","):
+        if part == "decode":
+            plan.append((DECODE_SHAPES, (1, 16), decode_ops))
+        elif part == "large":
+            plan.append((LARGE_SHAPES, (4096,), large_ops))
+    for shapes, ms, make_ops in plan:
+        if args.tiny:
+            shapes, ms = [("tiny", 256, 128)], tuple(min(m, 32) for m in ms)
+        for model, k, n in shapes:
+            ops = make_ops(k, n)
+            if args.tiny:
+                ops = [o for o in ops if "scaled_dot_general" not in o.name]
+            res = bench.run([(model, k, n)], ms, ops, reps=args.reps, on_record=on_record)
+            meta.update({kk: v for kk, v in res.items() if kk != "records"})
+            print(bench.format_table(res["records"]), flush=True)
+    stream.close()
+    (out / "bench_fp4_mx.json").write_text(json.dumps({**meta, "records": records}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

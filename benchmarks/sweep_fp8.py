@@ -1,0 +1,175 @@
+"""Tile-config sweep of the Pallas FP8 kernels on the device (explicit configs, one process).
+
+Decides the heuristics of pallas_kernels/fp8_heuristics.py: for memory-bound decode (M = 1, 16)
+which variant (mma / swap-AB / gemv), tile and split fills the bandwidth; for M = 4096 which
+tiles and fp8 promotion interval (promote_k) give the most TFLOP/s; and which single
+M-independent config serves deterministic mode at both ends. bf16 and XLA fp8 are timed in the
+same run for ratios.
+Usage (device): PYTHONPATH=. python benchmarks/sweep_fp8.py --out $OUT/sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import jax
+
+from jqlin import bench, formats
+from jqlin.kernels.pallas_fp8 import w8a16_apply, w8a8_apply
+from pallas_kernels import MatmulConfig
+from pallas_kernels.fp8_heuristics import num_sms, split_for
+from pallas_kernels.common import cdiv
+
+C = MatmulConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Auto:
+    """A config whose split_k is filled per shape: the power of two reaching `target` programs."""
+    # (kept as a plain record: MatmulConfig itself validates split_k >= 1)
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    variant: str = "mma"
+    k_unroll: int = 1
+    fp8_mma: bool = True
+
+    def resolve(self, m: int, n: int, k: int, target: int) -> C:
+        tiles = (1 if self.variant == "gemv" else cdiv(m, self.block_m)) * cdiv(n, self.block_n)
+        bk = self.block_k * self.k_unroll
+        return C(self.block_m, self.block_n, self.block_k, self.num_warps, self.num_stages,
+                 split_for(tiles, k, bk, target=target), variant=self.variant,
+                 k_unroll=self.k_unroll, fp8_mma=self.fp8_mma)
+
+
+def _fill(cfg, m: int, n: int, k: int, target: int) -> C:
+    return cfg.resolve(m, n, k, target) if isinstance(cfg, Auto) else cfg
+
+
+A = Auto
+# v2 (run 2). Run 1 found every mma/swap/gemv decode config at 38-54 us (M=1, 8192^2): here
+# more warps, hoisted multi-step loads (k_unroll) and shallower pipelines, to find the limiter.
+DECODE = [  # W8A16 per-channel at M = 1 and 16 (gemv: M = 1 only)
+    A(16, 64, 256, 4, 4), A(16, 64, 256, 8, 4), A(16, 64, 256, 4, 3, k_unroll=2),
+    A(16, 64, 128, 4, 3, k_unroll=4), A(16, 32, 256, 4, 3, k_unroll=2),
+    A(16, 128, 128, 8, 3, k_unroll=2), A(16, 64, 256, 4, 1, k_unroll=4),
+    A(16, 64, 512, 8, 2), A(1, 32, 256, 4, 1, "gemv", k_unroll=2),
+    A(1, 64, 128, 8, 1, "gemv", k_unroll=4),
+    C(64, 64, 128, 4, 4, 1), C(64, 128, 64, 4, 4, 2),  # deterministic candidates (N=8192)
+]
+DECODE_W8A8 = [A(16, 64, 256, 4, 4), A(16, 64, 256, 4, 4, fp8_mma=False),
+               A(16, 64, 256, 4, 3, k_unroll=2, fp8_mma=False),
+               C(64, 128, 128, 4, 4, 1, promote_k=128), C(64, 128, 128, 4, 4, 2, promote_k=128)]
+LARGE_W8A16 = [C(128, 128, 64, 4, 4), C(128, 128, 64, 4, 4, variant="swap"),
+               C(128, 128, 64, 8, 4, variant="swap"), C(256, 128, 64, 8, 3, variant="swap"),
+               C(128, 256, 64, 8, 3, variant="swap"), C(64, 128, 64, 4, 4, variant="swap"),
+               C(64, 64, 128, 4, 4, 1), C(64, 128, 64, 4, 4, 2)]
+LARGE_W8A8 = [C(64, 128, 128, 4, 4, promote_k=128), C(64, 128, 128, 4, 3, promote_k=128),
+              C(64, 128, 128, 4, 5, promote_k=128), C(64, 256, 128, 8, 3, promote_k=128),
+              C(128, 128, 128, 8, 3, promote_k=128), C(64, 128, 128, 4, 4, promote_k=256),
+              C(64, 128, 128, 4, 4, group_m=16, promote_k=128),
+              C(64, 128, 128, 4, 4, 2, promote_k=128)]
+LARGE_BLOCK = [C(64, 128, 128, 4, 4, promote_k=128), C(64, 128, 128, 4, 3, promote_k=128),
+               C(64, 128, 128, 4, 5, promote_k=128), C(128, 128, 128, 8, 3, promote_k=128),
+               C(64, 128, 128, 4, 4, group_m=16, promote_k=128),
+               C(64, 64, 128, 4, 4, promote_k=128), C(64, 128, 128, 4, 4, 2, promote_k=128)]
+DECODE_BLOCK = [A(16, 64, 256, 4, 4), A(16, 64, 256, 4, 4, fp8_mma=False)]
+
+
+def _tag(cfg: C) -> str:
+    t = f"{cfg.variant}:{cfg.block_m}x{cfg.block_n}x{cfg.block_k}/w{cfg.num_warps}s{cfg.num_stages}"
+    t += f"/sk{cfg.split_k}" if cfg.split_k != 1 else ""
+    t += f"/u{cfg.k_unroll}" if cfg.k_unroll != 1 else ""
+    t += "" if cfg.fp8_mma else "/bf16mma"
+    t += f"/g{cfg.group_m}" if cfg.group_m != 8 else ""
+    return t + (f"/p{cfg.promote_k}" if cfg.promote_k else "")
+
+
+def _op(fmt: str, cfg: C, m: int) -> bench.Op:
+    spec = formats.get(fmt)
+    apply = w8a16_apply if spec.activation is None else w8a8_apply
+    interpret = jax.default_backend() == "cpu"  # CPU: a smoke run of the sweep itself
+    fn = lambda x, qw, cfg=cfg: apply(x, qw, qw.spec, config=cfg, interpret=interpret)
+    return bench.Op(f"cfg[{_tag(cfg)}]", fmt, "default", fn, min_m=m, max_m=m,
+                    config=cfg.to_json())
+
+
+def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):
+    ops = [bench.Op("bf16", None, "default", bench._bf16_dot)] if baselines else []
+    if baselines and fmt == "fp8_per_tensor":
+        ops.append(bench.Op("xla_fp8", "fp8_per_tensor", "default", bench._xla_fp8))
+    for m in ms:
+        for cfg in cfgs:
+            if cfg.variant == "gemv" and m > 4:
+                continue
+            ops.append(_op(fmt, _fill(cfg, m, n, k, target), m))
+    return ops
+
+
+def summary(path: str) -> None:
+    """One line per record: time, TFLOP/s, BW fraction, ratio to bf16."""
+    d = json.load(open(path))
+    print(f"copy BW {d.get('copy_bandwidth_Bps', 0) / 1e12:.2f} TB/s, elementwise "
+          f"{d.get('elementwise_bandwidth_Bps', 0) / 1e12:.2f} TB/s")
+    for r in d["records"]:
+        head = f"{r['K']}x{r['N']} M={r['M']} {r['label'][:58]}"
+        if "error" in r:
+            print(head, "ERR", r["error"][:120])
+        else:
+            print(head, f"{r['median_us']:.1f}us {r['tflops']:.0f}TF bw{r['frac_copy_bw']:.2f} "
+                        f"x{r.get('speedup_vs_bf16', 0):.2f}")
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--summary":
+        summary(sys.argv[2])
+        return 0
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", required=True)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--parts", default="decode,large")
+    p.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny shapes and M")
+    args = p.parse_args(argv)
+    target = 2 * num_sms()
+    records, meta = [], {}
+    parts = args.parts.split(",")
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump({**meta, "records": records}, f, indent=1)
+
+    def go(shapes, fmt, cfgs, ms, baselines=True, extra_fmts=()):
+        if args.tiny:
+            shapes, ms = [("tiny", 1024, 256)], tuple(min(m, 64) for m in ms)
+        for model, k, n in shapes:
+            ops = _ops_for(fmt, cfgs, ms, n, k, target, baselines)
+            for ef in extra_fmts:
+                ops.append(bench.Op("xla_fp8", ef, "default", bench._xla_fp8))
+            res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
+                            on_record=records.append)
+            meta.update({kk: v for kk, v in res.items() if kk != "records"})
+            save()
+            print(bench.format_table([r for r in res["records"]]), flush=True)
+
+    if "decode" in parts:
+        go([("llama3-70b", 8192, 8192)], "fp8_per_channel_a16", DECODE, (1, 16))
+        go([("llama3-70b", 8192, 8192)], "fp8_ptpc", DECODE_W8A8, (1, 16), baselines=False,
+           extra_fmts=("fp8_per_tensor",))
+        go([("deepseek-v3", 7168, 24576)], "fp8_block", DECODE_BLOCK, (1, 16))
+    if "large" in parts:
+        go([("llama3-70b", 8192, 8192)], "fp8_per_channel_a16", LARGE_W8A16, (4096,))
+        go([("llama3-70b", 8192, 8192)], "fp8_ptpc", LARGE_W8A8, (4096,), baselines=False,
+           extra_fmts=("fp8_per_tensor",))
+        go([("deepseek-v3", 7168, 24576)], "fp8_block", LARGE_BLOCK, (4096,))
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Glue: the Pallas NVFP4 / MXFP4 / MXFP8 kernels of `pallas_kernels` declared to the dispatcher.
+
+Three kernels, each serving its weight format weight-only (float activations) and with the
+format's own quantized activations:
+  pallas_nvfp4  e2m1 + e4m3 scale per 16 + global  (nvfp4_a16, nvfp4; CT and ModelOpt rules)
+  pallas_mxfp4  e2m1 + e8m0 scale per 32           (mxfp4_a16, mxfp4)
+  pallas_mxfp8  e4m3 + e8m0 scale per 32           (mxfp8_a16, mxfp8)
+
+Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for bf16 MMAs
+with float32 accumulation. In default mode from M = 1024 (prefill) the weight is instead
+dequantized exactly to bf16 in one XLA pass and multiplied by one XLA dot (pallas_kernels.
+mx_dense): the same exact operands, float32 accumulation, measured faster there; deterministic
+mode always runs the Triton kernel (its K order does not depend on M). MXFP8 W8A8 with fp8 MMAs
+(mx_fp8mma) is available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
+same `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
+reference's codes bit for bit, and are handed over in a form that is exact in bf16:
+  * MX: code * 2**k (<= 4 significant bits);
+  * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
+    accumulator next to the weight's (t = s / g is not a bf16 number, s and 1/g separately are).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels.common import MatmulConfig
+from pallas_kernels.fp4_matmul import (MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for, mxfp4_matmul,
+                                       nvfp4_matmul, path_for, resolve_dequant_config)
+from pallas_kernels.mx_core import split_activation
+from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
+
+from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
+from ..numerics import cast_e4m3, quantize_activation
+from ..numerics.tiling import expand
+from ..qweight import QuantizedWeight
+from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec
+from .xla import pad_k
+
+__all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "nvfp4_activation_operand",
+           "nvfp4_post_scale"]
+
+F32, BF16 = jnp.float32, jnp.bfloat16
+_E2M1, _E4M3, _E8M0 = ("float4_e2m1fn",), ("float8_e4m3fn",), ("float8_e8m0fnu",)
+_G = (Granularity.GROUP,)
+
+_W_NVFP4 = KeyPattern(dtype=_E2M1, granularity=_G, scale_dtype=_E4M3, group_size=(16,),
+                      global_scale=(True,))
+_A_NVFP4 = KeyPattern(dtype=_E2M1, granularity=_G, scale_dtype=_E4M3, group_size=(16,),
+                      dynamic=(True,), global_scale=(True,))
+_W_MXFP4 = KeyPattern(dtype=_E2M1, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
+                      global_scale=(False,))
+_A_MXFP4 = KeyPattern(dtype=_E2M1, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
+                      dynamic=(True,), global_scale=(False,))
+_W_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
+                      global_scale=(False,))
+_A_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
+                      dynamic=(True,), global_scale=(False,))
+
+_DATA_DTYPE = {"float4_e2m1fn": jnp.uint8, "float8_e4m3fn": jnp.float8_e4m3fn}
+_SCALE_DTYPE = {"float8_e4m3fn": jnp.float8_e4m3fn, "float8_e8m0fnu": jnp.uint8}
+
+
+def _check_weight(m: int, k: int, qw: QuantizedWeight) -> str | None:
+    del m, k
+    if qw.layout != "nk":
+        return f"needs the canonical (N, K) layout, the weight has layout {qw.layout!r}"
+    wk = qw.spec.weight
+    want = jnp.dtype(_DATA_DTYPE[wk.dtype])
+    if qw.data.dtype != want:
+        return f"needs {want} weight data for {wk.dtype}, got {qw.data.dtype}"
+    want = jnp.dtype(_SCALE_DTYPE[wk.scale_dtype])
+    if qw.scale.dtype != want:
+        return f"needs {want} group scales, got {qw.scale.dtype}"
+    return None
+
+
+def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
+    """Weight-only: the activation as exact bf16 parts, K padded to the storage."""
+    return split_activation(pad_k(x2d, qw.storage_shape[1]))
+
+
+def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey) -> jax.Array:
+    """bf16 (M, Ks) = e2m1 code * e4m3 block scale of the reference's quantized activation.
+
+    quantize_activation returns the block step t = s / g (CT) or b * s2 (ModelOpt) in float32.
+    The e4m3 factor is recovered exactly by rounding t * g (or t / s2) back to e4m3: the float32
+    round trip is off by at most two ulps, far below half an e4m3 step. The global factor goes
+    to the accumulator (nvfp4_post_scale). code * e4m3 needs <= 6 significant bits: exact in bf16.
+    """
+    xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
+    q, t = quantize_activation(xf, act, qw.input_scale)
+    g = jnp.asarray(qw.input_scale, F32)
+    s = cast_e4m3(t * g if act.global_scale is GlobalScale.DIVISOR else t / g).astype(F32)
+    return (q.astype(F32) * expand(s, *q.shape)).astype(BF16)
+
+
+def nvfp4_post_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
+    """(per stored row float32 factor, "div" | "mul") applied to the float32 accumulator."""
+    rows = qw.storage_shape[0]
+    gw = jnp.broadcast_to(jnp.asarray(qw.global_scale, F32), (rows,))
+    w_div = spec.weight.global_scale is GlobalScale.DIVISOR
+    if spec.activation is None:
+        return gw, "div" if w_div else "mul"
+    ga = jnp.asarray(qw.input_scale, F32)
+    a_div = spec.activation.global_scale is GlobalScale.DIVISOR
+    if w_div and a_div:
+        return gw * ga, "div"
+    if not w_div and not a_div:
+        return gw * ga, "mul"
+    return (ga / gw, "mul") if w_div else (gw / ga, "mul")
+
+
+def _mx_activation(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey):
+    xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
+    return quantize_activation(xf, act)  # codes, float32 2**(u-127) per 32
+
+
+def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic: bool = False,
+          interpret: bool = False, config: MatmulConfig | None = None,
+          fp4_layout: str | None = None, decode: str | None = None, path: str | None = None,
+          mxfp8_variant: str | None = None) -> jax.Array:
+    """The kernel of qw's weight family on a QuantizedWeight (benchmarks pass overrides)."""
+    wk = spec.weight
+    kw = dict(out_dtype=x2d.dtype, deterministic=deterministic, config=config, path=path,
+              interpret=interpret)
+    if wk.scale_dtype == "float8_e4m3fn":  # NVFP4
+        if spec.activation is None:
+            parts = _x_parts(x2d, qw)
+        else:
+            parts = [nvfp4_activation_operand(x2d, qw, spec.activation)]
+        col, post = nvfp4_post_scale(qw, spec)
+        y = nvfp4_matmul(parts, qw.data, qw.scale, col, post=post, fp4_layout=fp4_layout,
+                         decode=decode, **kw)
+    elif wk.is_fp4:  # MXFP4
+        if spec.activation is None:
+            parts = _x_parts(x2d, qw)
+        else:  # code * 2**k is exact in bf16
+            q, s = _mx_activation(x2d, qw, spec.activation)
+            parts = [(q.astype(F32) * expand(s, *q.shape)).astype(BF16)]
+        y = mxfp4_matmul(parts, qw.data, qw.scale, fp4_layout=fp4_layout, decode=decode, **kw)
+    elif spec.activation is None:  # MXFP8 weight-only
+        y = mxfp8_matmul(_x_parts(x2d, qw), qw.data, qw.scale, **kw)
+    else:  # MXFP8 x MXFP8
+        q, s = _mx_activation(x2d, qw, spec.activation)
+        y = mxfp8_w8a8_matmul(q, s, qw.data, qw.scale, variant=mxfp8_variant, **kw)
+    return qw.trim_rows(y)
+
+
+def _impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
+          interpret: bool = False) -> jax.Array:
+    return apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
+
+
+def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,
+                    deterministic: bool) -> dict:
+    """The tile config (and decode variant) `kernel` runs with, for benchmark records."""
+    del kernel
+    n, k = qw.storage_shape
+    wk = spec.weight
+    if path_for(m, deterministic, None, None) == "dense":
+        return {"path": "dense (exact bf16 dequantization + XLA dot)"}
+    name = (NVFP4_KERNEL if wk.scale_dtype == "float8_e4m3fn" else
+            MXFP4_KERNEL if wk.is_fp4 else MXFP8_KERNEL)
+    parts = 1 if spec.activation is not None or jnp.dtype(x_dtype) == jnp.dtype(BF16) else (
+        2 if jnp.dtype(x_dtype) == jnp.dtype(jnp.float16) else 3)
+    cfg = resolve_dequant_config(name, m=m, n=n, k=k, elem_bits=4 if wk.is_fp4 else 8,
+                                 group=wk.group_size, deterministic=deterministic, config=None,
+                                 extra=f"{parts}")
+    out = {**cfg.to_json(), "path": "pallas"}
+    if wk.is_fp4:
+        out["fp4_layout"] = fp4_layout_for(cfg, None)
+        out["decode"] = "asm" if out["fp4_layout"] == "split" else "jnp"
+    return out
+
+
+_COMMON = dict(platforms=("gpu",), batch_invariant=True, priority=10,
+               min_compute_capability=(9, 0), interpret_on=("cpu",),
+               check_shapes=_check_weight)
+
+NVFP4 = register_kernel(Kernel(
+    name="pallas_nvfp4",
+    impl=_impl,
+    honours=((_W_NVFP4, WEIGHT_ONLY), (_W_NVFP4, _A_NVFP4)),
+    description="Pallas/Triton NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
+                "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
+                "by the reference rule in a fused XLA pre-pass",
+    **_COMMON,
+))
+
+MXFP4 = register_kernel(Kernel(
+    name="pallas_mxfp4",
+    impl=_impl,
+    honours=((_W_MXFP4, WEIGHT_ONLY), (_W_MXFP4, _A_MXFP4)),
+    description="Pallas/Triton MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+                "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
+    **_COMMON,
+))
+
+MXFP8 = register_kernel(Kernel(
+    name="pallas_mxfp8",
+    impl=_impl,
+    honours=((_W_MXFP8, WEIGHT_ONLY), (_W_MXFP8, _A_MXFP8)),
+    description="Pallas/Triton MXFP8: e4m3 x 2^k/32 to exact bf16 + bf16 MMA; W8A8 at large M "
+                "in default mode: fp8 MMA per 32-chunk with f32 scale application",
+    **_COMMON,
+))

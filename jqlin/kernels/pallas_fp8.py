@@ -1,0 +1,157 @@
+"""Glue: the Pallas FP8 kernels of `pallas_kernels` declared to the dispatcher.
+
+Three kernels, each honouring exactly the specs whose numerics it computes:
+  pallas_fp8_w8a16  e4m3 weights (tensor / channel / 128x128 block scales), float activations;
+  pallas_fp8_w8a8   e4m3 weights (tensor / channel) x e4m3 activations (static or dynamic
+                    per-tensor, dynamic per-token);
+  pallas_fp8_block  e4m3 128x128-block weights x e4m3 dynamic 1x128-group activations.
+
+Activations of the W8A8 kernels are quantized here, before the kernel, by the same
+`quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
+reference's codes bit for bit whatever producer rule (CT / ModelOpt / vLLM) the key names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
+                            w8a8_matmul)
+
+from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
+from ..numerics import quantize_activation
+from ..qweight import QuantizedWeight
+from ..spec import Granularity, QuantSpec
+from .xla import pad_k
+
+__all__ = ["W8A16", "W8A8", "BLOCK", "describe_config", "w8a16_apply", "w8a8_apply",
+           "quantize_x"]
+
+_E4M3 = ("float8_e4m3fn",)
+_F32 = ("float32",)
+_W_KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel",
+           Granularity.BLOCK: "block"}
+_X_KIND = {Granularity.TENSOR: "tensor", Granularity.TOKEN: "row", Granularity.GROUP: "group"}
+
+_W_TC = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granularity.CHANNEL),
+                   scale_dtype=_F32, global_scale=(False,))
+_W_BLOCK = KeyPattern(dtype=_E4M3, granularity=(Granularity.BLOCK,), block=((128, 128),),
+                      scale_dtype=_F32, global_scale=(False,))
+_A_TENSOR_TOKEN = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granularity.TOKEN),
+                             scale_dtype=_F32, global_scale=(False,))
+_A_GROUP128 = KeyPattern(dtype=_E4M3, granularity=(Granularity.GROUP,), group_size=(128,),
+                         dynamic=(True,), scale_dtype=_F32, global_scale=(False,))
+
+
+def _check_weight(m: int, k: int, qw: QuantizedWeight) -> str | None:
+    del m, k
+    if qw.layout != "nk":
+        return f"needs the canonical (N, K) layout, the weight has layout {qw.layout!r}"
+    if qw.data.dtype != jnp.float8_e4m3fn:
+        return f"needs float8_e4m3fn weight data, got {qw.data.dtype}"
+    if qw.scale.dtype != jnp.float32:
+        return f"needs float32 weight scales, got {qw.scale.dtype}"
+    return None
+
+
+def _weight_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
+    kind = _W_KIND[spec.weight.granularity]
+    scale = qw.scale.reshape(1, 1) if kind == "tensor" else qw.scale
+    return scale, kind
+
+
+def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
+                deterministic: bool = False, interpret: bool = False,
+                config: MatmulConfig | None = None,
+                config_overrides: dict | None = None) -> jax.Array:
+    """The W8A16 kernel on a QuantizedWeight. `config` replaces the resolved tile config;
+    `config_overrides` changes fields of the resolved one (benchmark variants)."""
+    scale, kind = _weight_scale(qw, spec)
+    x = pad_k(x2d, qw.storage_shape[1])  # block formats store K padded to whole blocks
+    if config_overrides:
+        base = config or w8a16_config(x.shape[0], qw.storage_shape[0], x.shape[1],
+                                      scale_kind=kind, x_dtype=x.dtype,
+                                      deterministic=deterministic)
+        config = dataclasses.replace(base, **config_overrides)
+    y = w8a16_matmul(x, qw.data, scale, scale_kind=kind, deterministic=deterministic,
+                     interpret=interpret, config=config)
+    return qw.trim_rows(y)
+
+
+def w8a16_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
+               interpret: bool = False) -> jax.Array:
+    return w8a16_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
+
+
+def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec):
+    """e4m3 codes (M, Ks) and float32 scales of x, exactly as the XLA reference computes them."""
+    xf = pad_k(x2d.astype(jnp.float32), qw.storage_shape[1])
+    q, s = quantize_activation(xf, spec.activation, qw.input_scale)
+    return q, s.astype(jnp.float32), _X_KIND[spec.activation.granularity]
+
+
+def w8a8_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
+               deterministic: bool = False, interpret: bool = False,
+               config: MatmulConfig | None = None) -> jax.Array:
+    """The W8A8 / block kernel on a QuantizedWeight; `config` overrides the tile config."""
+    xq, xs, x_kind = quantize_x(x2d, qw, spec)
+    scale, w_kind = _weight_scale(qw, spec)
+    y = w8a8_matmul(xq, xs, qw.data, scale, x_scale_kind=x_kind, w_scale_kind=w_kind,
+                    out_dtype=x2d.dtype, deterministic=deterministic, interpret=interpret,
+                    config=config)
+    return qw.trim_rows(y)
+
+
+def w8a8_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
+              interpret: bool = False) -> jax.Array:
+    return w8a8_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
+
+
+def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,
+                    deterministic: bool) -> dict:
+    """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)."""
+    n, k = qw.storage_shape
+    _, w_kind = _weight_scale(qw, spec)
+    if kernel == W8A16.name:
+        cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
+                           deterministic=deterministic)
+    else:
+        x_kind = _X_KIND[spec.activation.granularity]
+        _, cfg = w8a8_config(m, n, k, x_scale_kind=x_kind, w_scale_kind=w_kind,
+                             deterministic=deterministic)
+    return cfg.to_json()
+
+
+_COMMON = dict(platforms=("gpu",), batch_invariant=True, priority=10,
+               min_compute_capability=(9, 0), interpret_on=("cpu",),
+               check_shapes=_check_weight)
+
+W8A16 = register_kernel(Kernel(
+    name="pallas_fp8_w8a16",
+    impl=w8a16_impl,
+    honours=((_W_TC, WEIGHT_ONLY), (_W_BLOCK, WEIGHT_ONLY)),
+    description="Pallas/Triton FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
+                "accumulation; split-K / narrow N tiles for memory-bound decode",
+    **_COMMON,
+))
+
+W8A8 = register_kernel(Kernel(
+    name="pallas_fp8_w8a8",
+    impl=w8a8_impl,
+    honours=((_W_TC, _A_TENSOR_TOKEN),),
+    description="Pallas/Triton FP8 x FP8 MMA, per-tensor/channel weights x per-tensor/token "
+                "activations (quantized by the reference rule in a fused XLA pre-pass)",
+    **_COMMON,
+))
+
+BLOCK = register_kernel(Kernel(
+    name="pallas_fp8_block",
+    impl=w8a8_impl,
+    honours=((_W_BLOCK, _A_GROUP128),),
+    description="Pallas/Triton block-scaled FP8 x FP8 (128x128 weight blocks, 1x128 dynamic "
+                "activation groups), per-K-block scaling of f32 partials",
+    **_COMMON,
+))

@@ -1,0 +1,103 @@
+"""NVFP4 and MXFP4 matmuls: packed e2m1 weights dequantized in-kernel to bf16 MMA operands.
+
+  * NVFP4: e4m3 scale per 16 along K; the global scale (scalar or per stored row) enters the
+    float32 accumulator per output column, as a divisor (compressed-tensors'
+    weight_global_scale) or a multiplier (ModelOpt's weight_scale_2) -- `post`.
+  * MXFP4: e8m0 exponent byte per 32 along K; no global scale.
+
+W4A16 passes the activation itself (split into exact bf16 parts); W4A4 passes its quantized
+activation, which the caller builds so that it is exact in bf16 (NVFP4: e2m1 code times its e4m3
+block scale, the activation global folded into `col_scale`; MX: e2m1/e4m3 code times 2**k).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+
+from .common import MatmulConfig, resolve_config
+from .mx_core import mx_dequant_matmul
+from .mx_dense import DENSE_MIN_M
+from .mx_heuristics import dequant_heuristic, fit_smem, with_det_block_m
+
+__all__ = ["nvfp4_matmul", "mxfp4_matmul", "resolve_dequant_config", "fp4_layout_for", "path_for",
+           "NVFP4_KERNEL", "MXFP4_KERNEL"]
+
+NVFP4_KERNEL = "nvfp4_dequant"
+MXFP4_KERNEL = "mxfp4_dequant"
+
+
+def resolve_dequant_config(kernel: str, *, m: int, n: int, k: int, elem_bits: int, group: int,
+                           deterministic: bool, config: MatmulConfig | None,
+                           extra: str = "") -> MatmulConfig:
+    """explicit -> cached -> heuristic; deterministic configs then get block_m from M.
+
+    extra: the number of bf16 activation parts (as a string; also part of the cache key), which
+    sets how much shared memory a pipeline stage needs.
+    """
+    cfg = resolve_config(kernel, m=m, n=n, k=k, deterministic=deterministic, explicit=config,
+                         extra=extra, heuristic=functools.partial(
+                             dequant_heuristic, elem_bits=elem_bits, group=group))
+    if config is not None:
+        return cfg
+    parts = int(extra or 1)
+    if deterministic:
+        return with_det_block_m(cfg, m, parts=parts, elem_bits=elem_bits, group=group)
+    return fit_smem(cfg, parts=parts, elem_bits=elem_bits, group=group, shrink_m=False)
+
+
+def path_for(m: int, deterministic: bool, config: MatmulConfig | None, path: str | None) -> str:
+    """'dense' (exact bf16 dequantization + XLA dot) at large M in default mode, else 'pallas'."""
+    if path is not None:
+        return path
+    return "dense" if not deterministic and config is None and m >= DENSE_MIN_M else "pallas"
+
+
+def fp4_layout_for(cfg: MatmulConfig, layout: str | None) -> str:
+    """'split' (two half-width MMAs, no register interleave) when block_k allows it."""
+    if layout is not None:
+        return layout
+    return "split" if cfg.block_k >= 32 else "interleave"
+
+
+def nvfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
+                 col_scale: jax.Array, *, post: str, out_dtype, deterministic: bool = False,
+                 config: MatmulConfig | None = None, fp4_layout: str | None = None,
+                 decode: str | None = None, path: str | None = None, interpret: bool = False,
+                 poison: bool = False) -> jax.Array:
+    """y (M, N) = sum(x_parts) @ (e2m1(w) * e4m3(w_scale))^T, then `post` ("div"|"mul") col_scale.
+
+    w: uint8 (N, K/2) packed, low nibble first. w_scale: e4m3 (N, K/16). col_scale: float32 (N,).
+    """
+    if post not in ("div", "mul"):
+        raise ValueError(f"NVFP4 needs post 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
+    m, k = x_parts[0].shape
+    cfg = resolve_dequant_config(NVFP4_KERNEL, m=m, n=w.shape[0], k=k, elem_bits=4, group=16,
+                                 deterministic=deterministic, config=config,
+                                 extra=f"{len(x_parts)}")
+    return mx_dequant_matmul(x_parts, w, w_scale, col_scale, elem="e2m1", scale="e4m3",
+                             group=16, post=post, config=cfg, out_dtype=out_dtype,
+                             fp4_layout=fp4_layout_for(cfg, fp4_layout), decode=decode,
+                             path=path_for(m, deterministic, config, path),
+                             interpret=interpret,
+                             poison=poison, name=NVFP4_KERNEL)
+
+
+def mxfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array, *, out_dtype,
+                 deterministic: bool = False, config: MatmulConfig | None = None,
+                 fp4_layout: str | None = None, decode: str | None = None,
+                 path: str | None = None, interpret: bool = False,
+                 poison: bool = False) -> jax.Array:
+    """y (M, N) = sum(x_parts) @ (e2m1(w) * 2**(w_scale - 127))^T. w_scale: uint8 (N, K/32)."""
+    m, k = x_parts[0].shape
+    cfg = resolve_dequant_config(MXFP4_KERNEL, m=m, n=w.shape[0], k=k, elem_bits=4, group=32,
+                                 deterministic=deterministic, config=config,
+                                 extra=f"{len(x_parts)}")
+    return mx_dequant_matmul(x_parts, w, w_scale, None, elem="e2m1", scale="e8m0", group=32,
+                             post="none", config=cfg, out_dtype=out_dtype,
+                             fp4_layout=fp4_layout_for(cfg, fp4_layout), decode=decode,
+                             path=path_for(m, deterministic, config, path),
+                             interpret=interpret,
+                             poison=poison, name=MXFP4_KERNEL)

@@ -1,0 +1,385 @@
+"""One Triton-backend Pallas kernel body for every fp8 matmul this package runs.
+
+    y[m, n] = sum_k  x[m, k] * q[n, k]  (times the scales of the operands)
+
+x is either floating point (W8A16: the e4m3 weight tile is converted to x's dtype, exactly) or
+e4m3 codes (W8A8: an fp8 x fp8 MMA). Both products are exact in float32 and are accumulated in
+float32 -- except that an fp8 MMA with `promote_k` set accumulates that many K elements inside
+the tensor core (~14-bit) before each float32 add (see fp8_dot; measured 1.3e-4 normwise at
+promote_k=128 on the H200). Scales enter in one of two places:
+  * whole-K scales (per-tensor / per-channel weight, per-tensor / per-token activation) scale
+    the finished float32 accumulator once;
+  * per-K-block scales (128x128 weight blocks, 1x128 activation groups) scale each K-step's
+    partial product before it is added, so a K-step never straddles a 128-column block.
+
+The weight is stored (N, K) row-major, i.e. K-major: the layout fp8 tensor-core MMAs want for
+their B operand, so no transpose is ever materialised.
+
+Partial tiles: the Triton backend does not mask block reads, so every tile is read with an
+explicit mask when the static shapes say the tile can run off the edge (M, N or K not a multiple
+of the tile); out-of-range rows/cols read zeros and are never stored.
+
+Reduction order: within a program the K-steps run in order, each step's dot is one MMA chain
+over block_k; with split_k > 1 each split covers a contiguous K range and the float32 partials
+are summed afterwards left to right. So the order is a function of the config alone, and a
+config that does not depend on M gives batch-invariant rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from .common import MatmulConfig, cdiv
+from .fp8_convert import e4m3_to_bf16
+from .fp8_dot import fp8_dot
+
+__all__ = ["fp8_matmul", "SCALE_BLOCK", "X_SCALE_KINDS", "W_SCALE_KINDS"]
+
+E4M3 = jnp.float8_e4m3fn
+F32 = jnp.float32
+SCALE_BLOCK = 128  # K (and N) extent of one weight block / activation group
+X_SCALE_KINDS = ("none", "tensor", "row", "group")
+W_SCALE_KINDS = ("tensor", "channel", "block")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    m: int
+    n: int
+    k: int
+    cfg: MatmulConfig
+    x_kind: str
+    w_kind: str
+    dot_dtype: object  # dtype both MMA operands are in
+    steps_per_split: int
+    out_dtype: object
+    aliased_out: bool = False  # a (poisoned) output buffer is passed in as the last input
+    interpret: bool = False
+
+    @property
+    def per_block(self) -> bool:
+        return self.w_kind == "block" or self.x_kind == "group"
+
+
+def _grouped_pid(pid, num_m: int, num_n: int, group_m: int):
+    """Programs that share an N tile run together (L2 reuse of the weight tile)."""
+    group_m = min(group_m, num_m)
+    per_group = group_m * num_n
+    group_id = lax.div(pid, per_group)
+    first_m = group_id * group_m
+    size_m = jnp.minimum(num_m - first_m, group_m)
+    within = lax.rem(pid, per_group)
+    return first_m + lax.rem(within, size_m), lax.div(within, size_m)
+
+
+def _mask2(rows, rows_lim, cols, cols_lim):
+    """Boolean mask for a tile, or None when statically in bounds."""
+    mask = None
+    if rows_lim is not None:
+        mask = (rows < rows_lim)[:, None]
+    if cols_lim is not None:
+        cm = (cols < cols_lim)[None, :]
+        mask = cm if mask is None else mask & cm
+    return mask
+
+
+def _load2(ref, r0, nr, c0, nc, mask):
+    view = ref.at[pl.ds(r0, nr), pl.ds(c0, nc)]
+    if mask is None:
+        return view[...]
+    return pltriton.load(view, mask=mask, other=jnp.zeros((), view.dtype))
+
+
+def _load_col(ref, r0, nr, col, mask):
+    """(nr,) float32 values ref[r0:r0+nr, col]."""
+    view = ref.at[pl.ds(r0, nr), jnp.asarray(col, jnp.int32)]
+    if mask is None:
+        v = view[...]
+    else:
+        v = pltriton.load(view, mask=mask, other=jnp.zeros((), view.dtype))
+    return v.astype(F32)
+
+
+def _scales(p: _Static, xs_ref, ws_ref, m0, n0, rm, rn, kb):
+    """(row scale over M or None, col scale over N or None) for K-block kb (None = whole K)."""
+    cfg = p.cfg
+    m_lim = p.m if p.m % cfg.block_m else None
+    n_lim = p.n if p.n % cfg.block_n else None
+    rs = cs = None
+    want_block = kb is not None
+    if p.x_kind == "tensor" and not want_block:
+        rs = xs_ref[0, 0].astype(F32)
+    elif p.x_kind == "row" and not want_block:
+        rs = _load_col(xs_ref, m0, cfg.block_m, 0, None if m_lim is None else rm < m_lim)
+    elif p.x_kind == "group" and want_block:
+        rs = _load_col(xs_ref, m0, cfg.block_m, kb, None if m_lim is None else rm < m_lim)
+    if p.w_kind == "tensor" and not want_block:
+        cs = ws_ref[0, 0].astype(F32)
+    elif p.w_kind == "channel" and not want_block:
+        cs = _load_col(ws_ref, n0, cfg.block_n, 0, None if n_lim is None else rn < n_lim)
+    elif p.w_kind == "block" and want_block:
+        # block_n divides 128 and tiles start at multiples of block_n: one block row per tile.
+        cs = ws_ref[lax.div(n0, SCALE_BLOCK), kb].astype(F32)
+    return rs, cs
+
+
+def _apply(acc, rs, cs, swap: bool):
+    """acc * rs[m] * cs[n]; acc is (bm, bn), or (bn, bm) for the swapped variant."""
+    def vec(v, m_axis: bool):
+        if v is None or v.ndim == 0:
+            return v
+        along_rows = m_axis != swap  # which acc axis carries this operand's index
+        return v[:, None] if along_rows else v[None, :]
+    for v in (vec(rs, True), vec(cs, False)):
+        if v is not None:
+            acc = acc * v
+    return acc
+
+
+def _sub_steps(p: _Static) -> tuple[int, int]:
+    """(sub-steps per K-step, their width): block_k > 128 with block scales runs 128-wide."""
+    if p.per_block and p.cfg.block_k > SCALE_BLOCK:
+        return p.cfg.block_k // SCALE_BLOCK, SCALE_BLOCK
+    return 1, p.cfg.block_k
+
+
+def _mma_body(*refs, p: _Static):
+    it = iter(refs)
+    x_ref = next(it)
+    xs_ref = next(it) if p.x_kind != "none" else None
+    w_ref, ws_ref = next(it), next(it)
+    if p.aliased_out:
+        next(it)  # the input side of the aliased output buffer; written through o_ref
+    o_ref = next(it)
+    cfg = p.cfg
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    swap = cfg.variant == "swap"
+    num_m, num_n = cdiv(p.m, bm), cdiv(p.n, bn)
+    pid_m, pid_n = _grouped_pid(pl.program_id(0), num_m, num_n, cfg.group_m)
+    m0, n0 = pid_m * bm, pid_n * bn
+    rm = m0 + jnp.arange(bm, dtype=jnp.int32)
+    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
+    m_lim = p.m if p.m % bm else None
+    n_lim = p.n if p.n % bn else None
+    k_lim = p.k if p.k % (bk * cfg.k_unroll) else None  # some K-step runs past K
+    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
+    precision = lax.Precision.HIGHEST if p.dot_dtype == F32 else None
+    dims = (((1,), (1,)), ((), ()))
+
+    sub, sbk = _sub_steps(p)
+    mma_dtype = jnp.bfloat16 if (p.dot_dtype == E4M3 and not cfg.fp8_mma) else p.dot_dtype
+
+    def step(i, acc):
+        # All loads of this iteration first (k_unroll K-steps, each in `sub` 128-wide parts
+        # when block scales cut it): more bytes in flight before the first MMA waits.
+        tiles = []
+        for j in range(cfg.k_unroll * sub):
+            k0 = (step0 + i) * (bk * cfg.k_unroll) + j * sbk
+            rk = k0 + jnp.arange(sbk, dtype=jnp.int32)
+            x = _load2(x_ref, m0, bm, k0, sbk, _mask2(rm, m_lim, rk, k_lim))
+            w = _load2(w_ref, n0, bn, k0, sbk, _mask2(rn, n_lim, rk, k_lim))
+            tiles.append((k0, x, w))
+        for k0, x, w in tiles:
+            if cfg.fast_convert and mma_dtype == jnp.bfloat16:
+                w = e4m3_to_bf16(w, interpret=p.interpret)
+                if x.dtype == E4M3:
+                    x = e4m3_to_bf16(x, interpret=p.interpret)
+            x, w = x.astype(mma_dtype), w.astype(mma_dtype)
+            a, b = (w, x) if swap else (x, w)
+            if mma_dtype == E4M3:
+                part = fp8_dot(a, b, promote_k=cfg.promote_k)
+            else:
+                part = lax.dot_general(a, b, dims, precision=precision,
+                                       preferred_element_type=F32)
+            if p.per_block:
+                kb = lax.div(k0, SCALE_BLOCK)
+                rs, cs = _scales(p, xs_ref, ws_ref, m0, n0, rm, rn, kb)
+                part = _apply(part, rs, cs, swap)
+            acc = acc + part
+        return acc
+
+    acc_shape = (bn, bm) if swap else (bm, bn)
+    acc = lax.fori_loop(0, p.steps_per_split, step, jnp.zeros(acc_shape, F32))
+    rs, cs = _scales(p, xs_ref, ws_ref, m0, n0, rm, rn, None)
+    acc = _apply(acc, rs, cs, swap)
+    if swap:
+        acc = acc.T
+    # split_k > 1: the output is (split_k * M, N) float32, split s in rows [s*M, (s+1)*M).
+    row0 = m0 + pl.program_id(1) * p.m if cfg.split_k > 1 else m0
+    view = o_ref.at[pl.ds(row0, bm), pl.ds(n0, bn)]
+    mask = _mask2(rm, m_lim, rn, n_lim)
+    val = acc.astype(view.dtype)
+    if mask is None:
+        view[...] = val
+    else:
+        pltriton.store(view, val, mask=mask)
+
+
+def _gemv_body(*refs, p: _Static):
+    """No MMA: each of the M (<= 4) rows is a multiply-reduce against the weight tile."""
+    it = iter(refs)
+    x_ref = next(it)
+    xs_ref = next(it) if p.x_kind != "none" else None
+    w_ref, ws_ref = next(it), next(it)
+    if p.aliased_out:
+        next(it)
+    o_ref = next(it)
+    cfg = p.cfg
+    bn, bk = cfg.block_n, cfg.block_k
+    n0 = pl.program_id(0) * bn
+    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
+    n_lim = p.n if p.n % bn else None
+    k_lim = p.k if p.k % (bk * cfg.k_unroll) else None  # some K-step runs past K
+    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
+
+    sub, sbk = _sub_steps(p)
+
+    def step(i, accs):
+        loads = []
+        for j in range(cfg.k_unroll * sub):  # weight loads first, as in _mma_body
+            k0 = (step0 + i) * (bk * cfg.k_unroll) + j * sbk
+            rk = k0 + jnp.arange(sbk, dtype=jnp.int32)
+            loads.append((k0, rk, _load2(w_ref, n0, bn, k0, sbk, _mask2(rn, n_lim, rk, k_lim))))
+        for k0, rk, w in loads:
+            w = w.astype(F32)
+            cs = None
+            if p.per_block:
+                _, cs = _scales(p, xs_ref, ws_ref, 0, n0, None, rn, lax.div(k0, SCALE_BLOCK))
+            new = []
+            for r in range(p.m):
+                kmask = None if k_lim is None else (rk < k_lim)[None, :]
+                xr = _load2(x_ref, r, 1, k0, sbk, kmask)
+                part = jnp.sum(w * xr.astype(F32), axis=1)
+                new.append(accs[r] + (part if cs is None else part * cs))
+            accs = tuple(new)
+        return accs
+
+    accs = lax.fori_loop(0, p.steps_per_split, step,
+                         tuple(jnp.zeros((bn,), F32) for _ in range(p.m)))
+    _, cs = _scales(p, xs_ref, ws_ref, 0, n0, None, rn, None)
+    row0 = pl.program_id(1) * p.m if cfg.split_k > 1 else 0
+    for r in range(p.m):
+        acc = accs[r] if cs is None else accs[r] * cs
+        view = o_ref.at[pl.ds(row0 + r, 1), pl.ds(n0, bn)]
+        val = acc.astype(view.dtype)[None, :]
+        if n_lim is None:
+            view[...] = val
+        else:
+            pltriton.store(view, val, mask=(rn < n_lim)[None, :])
+
+
+def _check(name, arr, shape, dtypes):
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected {tuple(shape)}")
+    if dtypes is not None and arr.dtype not in [jnp.dtype(d) for d in dtypes]:
+        raise ValueError(f"{name} has dtype {arr.dtype}, expected one of {list(dtypes)}")
+
+
+def validate_config(cfg: MatmulConfig, *, k: int, per_block: bool, m: int,
+                    x_fp8: bool = False) -> int:
+    """Checks a config against the problem; returns K-steps per split."""
+    if per_block and (SCALE_BLOCK % cfg.block_k and cfg.block_k % SCALE_BLOCK):
+        raise ValueError(f"block-scaled operands need block_k dividing or a multiple of "
+                         f"{SCALE_BLOCK}, got block_k={cfg.block_k}")
+    if per_block and SCALE_BLOCK % cfg.block_n:
+        raise ValueError(f"128x128 weight blocks need block_n dividing {SCALE_BLOCK}, "
+                         f"got block_n={cfg.block_n}")
+    if cfg.variant == "gemv" and m > 4:
+        raise ValueError(f"the gemv variant serves M <= 4 rows, got M={m}")
+    if cfg.variant == "gemv" and x_fp8:
+        raise ValueError("the gemv variant serves floating-point (weight-only) activations")
+    if per_block and k % (cfg.block_k * cfg.k_unroll):
+        raise ValueError(f"block-scaled operands need K={k} to be a multiple of block_k * "
+                         f"k_unroll = {cfg.block_k * cfg.k_unroll}")
+    steps = cdiv(k, cfg.block_k * cfg.k_unroll)
+    if steps % cfg.split_k:
+        raise ValueError(f"split_k={cfg.split_k} must divide the {steps} K-steps "
+                         f"(K={k}, block_k={cfg.block_k}, k_unroll={cfg.k_unroll})")
+    return steps // cfg.split_k
+
+
+def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array, *,
+               x_scale_kind: str, w_scale_kind: str, config: MatmulConfig,
+               out_dtype=None, interpret: bool = False, name: str = "fp8_matmul",
+               poison_output: bool = False) -> jax.Array:
+    """y (M, N) = x (M, K) @ w (N, K)^T with the operands' scales; see the module docstring.
+
+    x: float (bf16/f16/f32; weight-only) or e4m3 codes. x_scale: None ("none"), (1,1) "tensor",
+    (M,1) "row", (M, K/128) "group". w: e4m3 (N, K). w_scale f32: (1,1) "tensor", (N,1)
+    "channel", (N/128, K/128) "block". out_dtype defaults to x's dtype (bf16 for e4m3 x).
+    poison_output: test hook -- the kernel writes into a NaN-filled buffer passed in (aliased),
+    so any element it fails to write stays NaN.
+    """
+    if x_scale_kind not in X_SCALE_KINDS:
+        raise ValueError(f"x_scale_kind must be one of {X_SCALE_KINDS}, got {x_scale_kind!r}")
+    if w_scale_kind not in W_SCALE_KINDS:
+        raise ValueError(f"w_scale_kind must be one of {W_SCALE_KINDS}, got {w_scale_kind!r}")
+    if x.ndim != 2 or w.ndim != 2:
+        raise ValueError(f"x and w must be 2-D, got x{tuple(x.shape)} w{tuple(w.shape)}")
+    m, k = x.shape
+    n = w.shape[0]
+    _check("w", w, (n, k), [E4M3])
+    fp8_x = x.dtype == jnp.dtype(E4M3)
+    if fp8_x == (x_scale_kind == "none"):
+        raise ValueError("e4m3 activations need an x_scale and float activations take none; "
+                         f"got x dtype {x.dtype} with x_scale_kind={x_scale_kind!r}")
+    if not fp8_x and x.dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16),
+                                     jnp.dtype(F32)):
+        raise ValueError(f"x must be bf16, f16, f32 or e4m3, got {x.dtype}")
+    per_block = w_scale_kind == "block" or x_scale_kind == "group"
+    if per_block and k % SCALE_BLOCK:
+        raise ValueError(f"block-scaled operands need K padded to a multiple of {SCALE_BLOCK}, "
+                         f"got K={k}")
+    xs_shape = {"tensor": (1, 1), "row": (m, 1), "group": (m, cdiv(k, SCALE_BLOCK))}
+    if x_scale_kind != "none":
+        _check("x_scale", x_scale, xs_shape[x_scale_kind], [F32])
+    ws_shape = {"tensor": (1, 1), "channel": (n, 1),
+                "block": (cdiv(n, SCALE_BLOCK), cdiv(k, SCALE_BLOCK))}[w_scale_kind]
+    _check("w_scale", w_scale, ws_shape, [F32])
+    if w_scale_kind == "block" and n % SCALE_BLOCK:
+        raise ValueError(f"block-scaled weights need N padded to a multiple of {SCALE_BLOCK}, "
+                         f"got N={n}")
+    sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)
+    out_dtype = jnp.dtype(out_dtype or (jnp.bfloat16 if fp8_x else x.dtype))
+    dot_dtype = E4M3 if fp8_x else x.dtype
+    p = _Static(m, n, k, config, x_scale_kind, w_scale_kind, dot_dtype, sps, out_dtype,
+                poison_output, interpret)
+
+    cfg = config
+    if cfg.variant == "gemv":
+        body, tiles = _gemv_body, cdiv(n, cfg.block_n)
+    else:
+        body, tiles = _mma_body, cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
+    split = cfg.split_k > 1
+    out_shape = jax.ShapeDtypeStruct((cfg.split_k * m, n), F32 if split else out_dtype)
+    operands = [x] + ([x_scale] if x_scale_kind != "none" else []) + [w, w_scale]
+    aliases = {}
+    if poison_output:
+        aliases = {len(operands): 0}
+        operands.append(jnp.full(out_shape.shape, jnp.nan, out_shape.dtype))
+    y = pl.pallas_call(
+        functools.partial(body, p=p),
+        out_shape=out_shape,
+        grid=(tiles, cfg.split_k),
+        in_specs=[pl.no_block_spec] * len(operands),
+        out_specs=pl.no_block_spec,
+        compiler_params=pltriton.CompilerParams(num_warps=cfg.num_warps,
+                                                num_stages=cfg.num_stages),
+        input_output_aliases=aliases,
+        interpret=interpret,
+        name=name,
+    )(*operands)
+    if split:
+        y = y.reshape(cfg.split_k, m, n)
+        total = y[0]
+        for s in range(1, cfg.split_k):  # fixed left-to-right order: batch-invariant
+            total = total + y[s]
+        y = total.astype(out_dtype)
+    return y

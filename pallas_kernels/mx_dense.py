@@ -1,0 +1,59 @@
+"""Large-M path of the group-scaled formats: exact bf16 dequantization, then one XLA dot.
+
+At prefill sizes the product is MMA-bound, and the Triton kernels decode every weight tile once
+per M-tile on the CUDA cores between MMAs (no warp specialization), which costs as much as the
+MMAs themselves. Dequantizing the weight once per call instead (a memory pass of ~2.6 bytes per
+weight: read 0.53-1.03, write 2) and handing exact bf16 operands to XLA's dot (cuBLAS bf16 MMAs,
+float32 accumulation, float32 output) computes the same function: every operand is the exact
+stored value (e2m1 * e4m3, e2m1 * 2**k, e4m3 * 2**k are bf16 numbers), products are exact in
+float32, the NVFP4 global scale still enters the float32 result per column. Only the float32
+summation order differs, as between any two tilings -- and it depends on M (cuBLAS picks its
+blocking by shape), so this path serves default mode only, never deterministic=True.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .mx_decode import e8m0_to_f32
+
+__all__ = ["dense_dequant_matmul", "dequantize_bf16", "DENSE_MIN_M"]
+
+F32, BF16 = jnp.float32, jnp.bfloat16
+DENSE_MIN_M = 1024  # default mode switches to this path from here (benchmarks/NOTES.md)
+
+
+def dequantize_bf16(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str,
+                    group: int) -> jax.Array:
+    """(N, K) bf16 equal to element * group scale, exactly (no global scale)."""
+    if elem == "e2m1":
+        codes = lax.bitcast_convert_type(w, jnp.float4_e2m1fn)  # (N, K/2, 2): [low, high]
+        q = codes.reshape(w.shape[0], w.shape[1] * 2).astype(F32)
+    else:
+        q = lax.bitcast_convert_type(w, jnp.float8_e4m3fn).astype(F32)
+    if scale == "e8m0":
+        s = e8m0_to_f32(lax.bitcast_convert_type(w_scale, jnp.uint8))
+    else:
+        s = lax.bitcast_convert_type(w_scale, jnp.float8_e4m3fn).astype(F32)
+    return (q * jnp.repeat(s, group, axis=1)).astype(BF16)
+
+
+def dense_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
+                         col_scale: jax.Array | None, *, elem: str, scale: str, group: int,
+                         post: str, out_dtype) -> jax.Array:
+    """Same contract as mx_core.mx_dequant_matmul (see there), computed by XLA."""
+    wb = dequantize_bf16(w, w_scale, elem=elem, scale=scale, group=group)
+    dims = (((1,), (1,)), ((), ()))
+    y = None
+    for xp in x_parts:  # fixed part order
+        part = lax.dot_general(xp, wb, dims, preferred_element_type=F32)
+        y = part if y is None else y + part
+    if post == "div":
+        y = y / col_scale[None, :]
+    elif post == "mul":
+        y = y * col_scale[None, :]
+    return y.astype(out_dtype)

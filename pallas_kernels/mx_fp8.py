@@ -1,0 +1,78 @@
+"""MXFP8 matmuls: e4m3 weights with an e8m0 exponent byte per 32 along K.
+
+Two kernels (benchmarks/NOTES.md has the measurements):
+  * bf16 dequantization (mx_core): e4m3 * 2**k is exact in bf16, bf16 MMAs. Serves weight-only
+    (bf16/f16/f32 activations as exact bf16 parts) and W8A8 (the quantized activation, exact in
+    bf16). Its K order does not depend on M, so it is the deterministic path for every M; at
+    large M in default mode the dense path (mx_dense) runs instead.
+  * fp8 MMAs per 32-wide chunk (mx_fp8mma), W8A8 only, when asked for (variant="fp8mma"):
+    the per-chunk scaling makes it CUDA-core bound, measured slower than the bf16 path.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from .common import MatmulConfig, resolve_config
+from .fp4_matmul import path_for, resolve_dequant_config
+from .mx_core import mx_dequant_matmul
+from .mx_fp8mma import mxfp8_fp8mma_matmul
+from .mx_heuristics import fp8mma_heuristic
+
+__all__ = ["mxfp8_matmul", "mxfp8_w8a8_matmul", "fp8mma_config", "MXFP8_KERNEL",
+           "MXFP8_FP8MMA_KERNEL", "FP8MMA_MIN_M"]
+
+MXFP8_KERNEL = "mxfp8_dequant"
+MXFP8_FP8MMA_KERNEL = "mxfp8_fp8mma"
+FP8MMA_MIN_M = None  # never by default: measured slower than bf16 dequantization (NOTES.md)
+
+
+def fp8mma_config(m: int, n: int, k: int, config: MatmulConfig | None = None) -> MatmulConfig:
+    """explicit -> cached -> heuristic (default mode only: no batch-invariant config)."""
+    return resolve_config(MXFP8_FP8MMA_KERNEL, m=m, n=n, k=k, deterministic=False,
+                          explicit=config, extra="", heuristic=fp8mma_heuristic)
+
+
+def mxfp8_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array, *, out_dtype,
+                 deterministic: bool = False, config: MatmulConfig | None = None,
+                 path: str | None = None, interpret: bool = False,
+                 poison: bool = False) -> jax.Array:
+    """y (M, N) = sum(x_parts) @ (e4m3(w) * 2**(w_scale - 127))^T via bf16 MMAs."""
+    m, k = x_parts[0].shape
+    cfg = resolve_dequant_config(MXFP8_KERNEL, m=m, n=w.shape[0], k=k, elem_bits=8, group=32,
+                                 deterministic=deterministic, config=config,
+                                 extra=f"{len(x_parts)}")
+    return mx_dequant_matmul(x_parts, w, w_scale, None, elem="e4m3", scale="e8m0", group=32,
+                             post="none", config=cfg, out_dtype=out_dtype,
+                             path=path_for(m, deterministic, config, path), interpret=interpret,
+                             poison=poison, name=MXFP8_KERNEL)
+
+
+def mxfp8_w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,
+                      out_dtype=jnp.bfloat16, deterministic: bool = False,
+                      variant: str | None = None, config: MatmulConfig | None = None,
+                      path: str | None = None, interpret: bool = False,
+                      poison: bool = False) -> jax.Array:
+    """MXFP8 x MXFP8: xq e4m3 (M, K) codes with float32 scales (M, K/32) = 2**(u-127).
+
+    variant: "bf16" | "fp8mma" | None (= "bf16"; fp8mma only when asked: it measured slower).
+    """
+    m, k = xq.shape
+    if variant is None:
+        variant = "bf16"
+    if variant == "fp8mma":
+        if deterministic and config is None:
+            raise ValueError("the fp8-MMA variant has no batch-invariant config; "
+                             "deterministic MXFP8 runs the bf16 variant")
+        cfg = fp8mma_config(m, w.shape[0], k, config)
+        return mxfp8_fp8mma_matmul(xq, x_scale, w, w_scale, config=cfg, out_dtype=out_dtype,
+                                   interpret=interpret, poison=poison, name=MXFP8_FP8MMA_KERNEL)
+    if variant != "bf16":
+        raise ValueError(f"variant must be 'bf16', 'fp8mma' or None, got {variant!r}")
+    # The quantized activation q * 2**k is exact in bf16 (4 significant bits).
+    xb = (xq.astype(jnp.float32) * jnp.repeat(x_scale, 32, axis=1)).astype(jnp.bfloat16)
+    return mxfp8_matmul([xb], w, w_scale, out_dtype=out_dtype, deterministic=deterministic,
+                        config=config, path=path, interpret=interpret, poison=poison)

@@ -1,0 +1,339 @@
+"""Pallas FP8 kernels against the XLA reference (CPU: interpret mode; GPU: marked `gpu`).
+
+Tolerances: products are exact in float32 on both sides (e4m3 x bf16 and e4m3 x e4m3 fit in a
+float32 significand), so the kernels differ from the reference only by float32 summation order
+and where scales multiply: |y - ref| <= acc_rtol * (|x| @ |W|^T) plus one rounding of each side
+to the output dtype. A flipped activation code moves an output by ~|x_k w_k| / 16, which is
+far above acc_rtol * sum_k |x_k w_k| for K in the hundreds.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jqlin import dispatch, formats, qweight
+from jqlin.errors import UnsupportedSpecError
+from jqlin.kernels.pallas_fp8 import quantize_x
+from jqlin.kernels.xla import reference_activation
+from pallas_kernels import (MatmulConfig, cache_config, clear_config_cache, fp8_matmul,
+                            resolve_config)
+from pallas_kernels.fp8_heuristics import w8a16_heuristic
+
+KERNEL_OF = {
+    "fp8_per_tensor_a16": "pallas_fp8_w8a16",
+    "fp8_per_channel_a16": "pallas_fp8_w8a16",
+    "fp8_block_a16": "pallas_fp8_w8a16",
+    "fp8_per_tensor": "pallas_fp8_w8a8",
+    "fp8_ptpc": "pallas_fp8_w8a8",
+    "fp8_block": "pallas_fp8_block",
+}
+ULP_REL = {jnp.dtype(jnp.float32): 2.0 ** -23, jnp.dtype(jnp.bfloat16): 2.0 ** -7}
+CPU_ACC_RTOL = 1e-5
+# Tensor-core float32 accumulation is not IEEE round-to-nearest: ~1e-4 of the |.|-sum.
+GPU_ACC_RTOL = 1e-4
+# fp8 MMAs (W8A8 at M >= 64) accumulate inside the tensor core with ~14 significant bits
+# (DeepSeek-V3 report, sec. 3.3.2) for promote_k = 128 elements (4 MMAs of K=32) before the
+# float32 add: <= 4 roundings of 2^-13 relative to that interval's |.|-sum, i.e. 5e-4 overall.
+GPU_ACC_RTOL_FP8 = 5e-4
+FP8_MMA_FORMATS = {"fp8_per_tensor", "fp8_ptpc", "fp8_block"}
+
+
+def _operands(rng, fmt: str, m: int, n: int, k: int, dtype):
+    # Row scales spread over 30x so per-channel / per-token scales matter.
+    w = rng.standard_normal((n, k)) * rng.uniform(0.1, 3.0, (n, 1))
+    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3.0, (m, 1))
+    x = jnp.asarray(x, dtype)
+    static = formats.get(fmt).activation is not None and not formats.get(fmt).activation.dynamic
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), fmt,
+                          calibration=x if static else None)
+    return x, qw
+
+
+@jax.jit
+def _abs_bound_dev(x, w):
+    # No cancellation in a sum of absolute values: float32 is accurate to ~1e-6 relative.
+    return 1.1 * jnp.dot(jnp.abs(x.astype(jnp.float32)), jnp.abs(w).T,
+                         precision=jax.lax.Precision.HIGHEST)
+
+
+def _abs_bound(x, qw) -> np.ndarray:
+    # 1.1: fake-quantized activations differ from x by < 1/16
+    return np.asarray(_abs_bound_dev(x, qw.dequantize()), np.float64)
+
+
+def close_report(y, ref, bound, acc_rtol) -> tuple[float, float]:
+    """(max |y - ref| / tolerance, normwise relative error); inf when y is not finite."""
+    y64 = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
+    r64 = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
+    assert y64.shape == r64.shape
+    if not np.isfinite(y64).all():  # unwritten (poisoned) or overflowed element
+        return float("inf"), float("inf")
+    tol = acc_rtol * bound + ULP_REL[jnp.dtype(y.dtype)] * np.maximum(np.abs(r64), np.abs(y64))
+    excess = np.abs(y64 - r64) / np.maximum(tol, 1e-30)
+    return float(excess.max()), float(np.linalg.norm(y64 - r64) / np.linalg.norm(r64))
+
+
+def assert_close(y, ref, bound, acc_rtol):
+    excess, rel = close_report(y, ref, bound, acc_rtol)
+    assert excess <= 1.0, f"max |y-ref|/tol = {excess:.3g} (normwise rel err {rel:.2e})"
+    return rel
+
+
+# -- through the dispatcher, heuristic configs, CPU interpret mode ------------------------------
+
+@pytest.mark.parametrize("fmt", sorted(KERNEL_OF))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("m", [1, 7])
+def test_matches_reference(rng, fmt, dtype, m):
+    # N=200: partial N tiles, and a partial 128-block for block formats (stored 256 rows);
+    # K=320: not a multiple of 128 (block formats pad K to 384).
+    x, qw = _operands(rng, fmt, m, 200, 320, dtype)
+    y = dispatch.matmul(x, qw, kernel=KERNEL_OF[fmt])
+    ref = dispatch.matmul(x, qw, kernel="xla")
+    assert y.dtype == x.dtype and y.shape == (m, 200)
+    assert_close(y, ref, _abs_bound(x, qw), CPU_ACC_RTOL)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block_a16", "fp8_block", "fp8_per_tensor_a16"])
+def test_fused_weight_with_padding_segments(rng, fmt):
+    # Two parts whose 128-row blocks end partially keep their padding (row segments);
+    # per-tensor parts fuse to a per-channel vector.
+    x, a = _operands(rng, fmt, 5, 200, 256, jnp.bfloat16)
+    _, b = _operands(rng, fmt, 5, 72, 256, jnp.bfloat16)
+    if a.input_scale is not None:  # one static activation scale for the fused layer
+        b = qweight.QuantizedWeight(b.data, b.scale, b.global_scale, a.input_scale, b.spec,
+                                    b.shape, b.segments)
+    qw = qweight.fuse([a, b])
+    y = dispatch.matmul(x, qw, kernel=KERNEL_OF[fmt])
+    ref = dispatch.matmul(x, qw, kernel="xla")
+    assert y.shape == (5, 272)
+    assert_close(y, ref, _abs_bound(x, qw), CPU_ACC_RTOL)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
+                                 "fp8_per_tensor", "fp8_block"])
+def test_batch_invariant_rows(rng, fmt):
+    k, n = 256, 200
+    _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
+    kernel = KERNEL_OF[fmt]
+    for m in (2, 7, 64, 300):
+        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+        y = np.asarray(dispatch.matmul(x, qw, kernel=kernel, deterministic=True))
+        for i in sorted({0, m // 2, m - 1}):
+            alone = np.asarray(dispatch.matmul(x[i:i + 1], qw, kernel=kernel, deterministic=True))
+            np.testing.assert_array_equal(alone[0], y[i], err_msg=f"{fmt} M={m} row {i}")
+
+
+def test_activation_codes_are_the_references(rng):
+    # The W8A8 glue quantizes with the reference's own function; its codes must equal the
+    # codes the reference multiplies (checked under jit, as both run).
+    x, qw = _operands(rng, "fp8_block", 9, 128, 320, jnp.bfloat16)
+    spec = qw.spec
+    q, s = jax.jit(lambda x: quantize_x(x, qw, spec)[:2])(x)
+    fq = jax.jit(lambda x: reference_activation(x, qw, spec))(x)
+    codes_times_scales = np.asarray(q.astype(jnp.float32)) * np.repeat(np.asarray(s), 128, 1)
+    np.testing.assert_array_equal(codes_times_scales, np.asarray(fq))
+
+
+# -- the launch function directly: explicit configs, every variant, poisoned outputs -----------
+
+def _kernel_reference(x, xs, w, ws, x_kind, w_kind):
+    xf = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
+    wf = np.asarray(w.astype(jnp.float32), np.float64)
+    if x_kind == "tensor":
+        xf = xf * float(xs[0, 0])
+    elif x_kind == "row":
+        xf = xf * np.asarray(xs, np.float64)
+    elif x_kind == "group":
+        xf = xf * np.repeat(np.asarray(xs, np.float64), 128, axis=1)
+    s = np.asarray(ws, np.float64)
+    wf = wf * (np.repeat(np.repeat(s, 128, 0), 128, 1) if w_kind == "block" else s)
+    return xf @ wf.T, np.abs(xf) @ np.abs(wf).T
+
+
+CASES = [  # (variant, x_kind, w_kind, M, N, K, config)
+    ("mma", "none", "channel", 7, 200, 320, MatmulConfig(16, 64, 128, split_k=1)),   # K tail mask
+    ("mma", "none", "tensor", 1, 200, 384, MatmulConfig(16, 32, 64, split_k=3)),
+    ("swap", "none", "channel", 5, 136, 320, MatmulConfig(16, 64, 64, split_k=5, variant="swap")),
+    ("gemv", "none", "channel", 3, 200, 320, MatmulConfig(1, 64, 128, variant="gemv")),
+    ("gemv", "none", "block", 1, 256, 384, MatmulConfig(1, 32, 128, split_k=3, variant="gemv")),
+    ("mma", "none", "block", 33, 256, 384, MatmulConfig(32, 64, 64, split_k=2)),
+    ("mma", "row", "channel", 19, 200, 320, MatmulConfig(16, 32, 128, promote_k=64)),
+    ("swap", "tensor", "tensor", 2, 96, 256, MatmulConfig(16, 32, 64, variant="swap", split_k=2)),
+    ("mma", "group", "block", 17, 256, 384, MatmulConfig(16, 128, 128, promote_k=128)),
+    ("swap", "group", "block", 9, 384, 256, MatmulConfig(16, 64, 64, variant="swap")),
+    ("mma", "group", "block", 3, 128, 512, MatmulConfig(16, 64, 256, split_k=2)),  # 2 sub-steps
+    ("gemv", "none", "block", 2, 256, 512, MatmulConfig(1, 64, 256, variant="gemv")),
+    ("mma", "none", "channel", 4, 72, 320, MatmulConfig(16, 32, 64, k_unroll=2)),  # K tail
+    ("gemv", "none", "tensor", 1, 64, 320, MatmulConfig(1, 32, 64, k_unroll=4, variant="gemv")),
+    ("mma", "row", "channel", 5, 128, 512, MatmulConfig(16, 64, 128, k_unroll=2, split_k=2,
+                                                         fp8_mma=False)),
+    ("mma", "group", "block", 6, 256, 512, MatmulConfig(16, 64, 128, k_unroll=2,
+                                                         fp8_mma=False)),
+    # fast_convert: on the GPU the inline-PTX e4m3 -> bf16 path (interpret mode: astype)
+    ("mma", "none", "channel", 7, 200, 320, MatmulConfig(16, 64, 64, fast_convert=True)),
+    ("swap", "none", "block", 33, 256, 384, MatmulConfig(64, 128, 128, variant="swap",
+                                                          fast_convert=True)),
+    ("mma", "row", "channel", 3, 136, 256, MatmulConfig(16, 32, 128, fp8_mma=False,
+                                                         fast_convert=True)),
+]
+
+
+def _run_variant(rng, case, *, interpret: bool, acc_rtol: float):
+    variant, x_kind, w_kind, m, n, k, cfg = case
+    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.5, 2.0, {"tensor": (1, 1), "channel": (n, 1),
+                                             "block": (n // 128, k // 128)}[w_kind]), jnp.float32)
+    if x_kind == "none":
+        x, xs = jnp.asarray(x, jnp.bfloat16), None
+    else:
+        x = jnp.asarray(x, jnp.float8_e4m3fn)
+        xs = jnp.asarray(rng.uniform(0.5, 2.0, {"tensor": (1, 1), "row": (m, 1),
+                                                 "group": (m, k // 128)}[x_kind]), jnp.float32)
+    f = jax.jit(lambda *a: fp8_matmul(*a, x_scale_kind=x_kind, w_scale_kind=w_kind, config=cfg,
+                                      out_dtype=jnp.float32, interpret=interpret,
+                                      poison_output=True))
+    y = f(x, xs, w, ws)
+    ref, bound = _kernel_reference(x, xs, w, ws, x_kind, w_kind)
+    assert_close(y, ref.astype(np.float32), bound, acc_rtol)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}-M{c[3]}" for c in CASES])
+def test_launch_variants_poisoned(rng, case):
+    _run_variant(rng, case, interpret=True, acc_rtol=CPU_ACC_RTOL)
+
+
+def test_launch_rejects_bad_arguments(rng):
+    x = jnp.zeros((4, 256), jnp.bfloat16)
+    w = jnp.zeros((128, 256), jnp.float8_e4m3fn)
+    blk = jnp.ones((1, 2), jnp.float32)
+    call = lambda **kw: fp8_matmul(**{**dict(x=x, x_scale=None, w=w, w_scale=blk,
+                                             x_scale_kind="none", w_scale_kind="block",
+                                             config=MatmulConfig(16, 64, 128),
+                                             interpret=True), **kw})
+    with pytest.raises(ValueError, match="block_n dividing"):
+        call(config=MatmulConfig(16, 256, 128))
+    with pytest.raises(ValueError, match="w_scale has shape"):
+        call(w_scale=jnp.ones((2, 2), jnp.float32))
+    with pytest.raises(ValueError, match="gemv"):
+        call(config=MatmulConfig(1, 64, 128, variant="gemv"), x=jnp.zeros((7, 256), jnp.bfloat16))
+    with pytest.raises(ValueError, match="split_k"):
+        call(config=MatmulConfig(16, 64, 128, split_k=3))
+    with pytest.raises(ValueError, match="x_scale"):
+        call(x=x.astype(jnp.float8_e4m3fn))
+    with pytest.raises(ValueError, match="power of two"):
+        MatmulConfig(16, 48, 128)
+
+
+# -- dispatcher behaviour and config resolution -------------------------------------------------
+
+def test_dispatch_on_cpu(rng):
+    x, qw = _operands(rng, "fp8_ptpc", 3, 64, 128, jnp.bfloat16)
+    ex = dispatch.explain(x, qw)
+    assert ex.chosen == "xla" and "runs on ['gpu']" in ex.rejected["pallas_fp8_w8a8"]
+    forced = dispatch.explain(x, qw, kernel="pallas_fp8_w8a8")
+    assert forced.chosen == "pallas_fp8_w8a8" and forced.interpret
+    with pytest.raises(UnsupportedSpecError, match="weight-only"):
+        dispatch.matmul(x, qw, kernel="pallas_fp8_w8a16")
+    # Explicit weight-only opt-in runs the W8A16 kernel and equals the reference's opt-in.
+    y = dispatch.matmul(x, qw, kernel="pallas_fp8_w8a16", weight_only=True)
+    ref = dispatch.matmul(x, qw, kernel="xla", weight_only=True)
+    assert_close(y, ref, _abs_bound(x, qw), CPU_ACC_RTOL)
+
+
+def test_config_resolution_order():
+    clear_config_cache()
+    heur = lambda m, n, k: w8a16_heuristic(m, n, k, per_block=False)
+    explicit = MatmulConfig(16, 32, 64)
+    tuned = MatmulConfig(32, 64, 128, num_stages=5)
+    kw = dict(n=512, k=1024, extra="t")
+    assert resolve_config("kern", m=5, deterministic=False, explicit=explicit, heuristic=heur,
+                          **kw) == explicit
+    assert resolve_config("kern", m=5, deterministic=False, explicit=None, heuristic=heur,
+                          **kw) == heur(5, 512, 1024)
+    cache_config("kern", tuned, m=7, **kw)  # bucket 8 serves M in 5..8
+    assert resolve_config("kern", m=5, deterministic=False, explicit=None, heuristic=heur,
+                          **kw) == tuned
+    # Deterministic lookups never see M: not the M=5 entry, and the heuristic gets m=None.
+    det = resolve_config("kern", m=5, deterministic=True, explicit=None, heuristic=heur, **kw)
+    assert det == heur(None, 512, 1024)
+    for m in (1, 300, 4096):
+        assert resolve_config("kern", m=m, deterministic=True, explicit=None, heuristic=heur,
+                              **kw) == det
+    clear_config_cache()
+
+
+# -- GPU (H200): real sizes, marked, skipped without a GPU ------------------------------------
+
+GPU_SHAPES = {  # (K, N): Llama-3-8B qkv; DeepSeek-V3-like K with a partial 128-row block
+    "fp8_per_channel_a16": (4096, 6144), "fp8_per_tensor_a16": (4096, 6144),
+    "fp8_block_a16": (7168, 2624), "fp8_per_tensor": (4096, 6144), "fp8_ptpc": (4096, 6144),
+    "fp8_block": (7168, 2624),
+}
+GPU_MS = (1, 2, 7, 16, 64, 255, 4096)
+
+
+def _f64_from_codes(x, qw):
+    """float64 y and |.|-sum bound from the activation codes + scales the W8A8 glue computes.
+
+    On the GPU the XLA reference path is not an oracle for fp8-activation specs: run 2 measured
+    it 2.7e-2 (normwise) away from float64 of the same codes (XLA rewrites the dequantize ->
+    dot pattern), while the codes themselves are the reference's (test above, CPU)."""
+    q, s, kind = quantize_x(x, qw, qw.spec)
+    sx = np.asarray(s, np.float64)
+    xq = np.asarray(q.astype(jnp.float32), np.float64) * (
+        np.repeat(sx, 128, 1) if kind == "group" else sx)
+    wd = np.asarray(qw.dequantize_storage(), np.float64)
+    y, bound = xq @ wd.T, np.abs(xq) @ np.abs(wd).T
+    trim = lambda a: np.asarray(qw.trim_rows(jnp.asarray(a, jnp.float32)), np.float64)
+    return trim(y), trim(bound)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", sorted(KERNEL_OF))
+def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
+    k, n = GPU_SHAPES[fmt]
+    _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
+    acc_rtol = GPU_ACC_RTOL_FP8 if fmt in FP8_MMA_FORMATS else GPU_ACC_RTOL
+    report = {}
+    for m in GPU_MS:
+        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+        assert dispatch.explain(x, qw).chosen == KERNEL_OF[fmt]
+        if formats.get(fmt).activation is None:
+            ref, bound = dispatch.matmul(x, qw, kernel="xla"), _abs_bound(x, qw)
+        else:
+            ref, bound = _f64_from_codes(x, qw)
+            ref = jnp.asarray(ref, jnp.float32).astype(x.dtype)  # one rounding, as y has
+        for det in (False, True):
+            y = dispatch.matmul(x, qw, deterministic=det)
+            report[f"M{m}{'/det' if det else ''}"] = close_report(y, ref, bound, acc_rtol)
+    print(fmt, {key: f"{e:.2g}x tol, rel {r:.1e}" for key, (e, r) in report.items()})
+    bad = {key: e for key, (e, _) in report.items() if not e <= 1.0}
+    assert not bad, f"{fmt}: max |y-ref|/tol per case {bad}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
+                                 "fp8_block"])
+def test_gpu_batch_invariant_rows(rng, fmt):
+    k, n = GPU_SHAPES[fmt]
+    _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
+    for m in (2, 7, 64, 255, 4096):
+        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+        y = np.asarray(dispatch.matmul(x, qw, deterministic=True).astype(jnp.float32))
+        for i in sorted({0, m // 2, m - 1}):
+            alone = dispatch.matmul(x[i:i + 1], qw, deterministic=True).astype(jnp.float32)
+            np.testing.assert_array_equal(np.asarray(alone)[0], y[i],
+                                          err_msg=f"{fmt} M={m} row {i}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}-M{c[3]}" for c in CASES])
+def test_gpu_launch_variants_poisoned(rng, case):
+    fp8_mma = case[1] != "none" and case[6].fp8_mma
+    _run_variant(rng, case, interpret=False,
+                 acc_rtol=GPU_ACC_RTOL_FP8 if fp8_mma else GPU_ACC_RTOL)

@@ -1,0 +1,158 @@
+"""The group-scaled launch functions directly (CPU interpret mode): explicit tile configs, both
+e2m1 layouts, split-K, both MXFP8 variants, poisoned outputs, argument errors.
+
+The reference is float64: the stored weight dequantized by jqlin (exact in float32) times the
+activation parts summed in float64. The kernels' products are exact, so only float32
+accumulation order separates them (relative Frobenius error ~1e-7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jqlin import formats, qweight
+from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
+from jqlin.numerics import quantize_activation, unpack_e2m1
+from jqlin.spec import GlobalScale, QuantSpec, ScaleRule
+from pallas_kernels.common import MatmulConfig
+from pallas_kernels.fp4_matmul import mxfp4_matmul, nvfp4_matmul
+from pallas_kernels.mx_core import mx_dequant_matmul, split_activation
+from pallas_kernels.mx_fp8 import mxfp8_matmul, mxfp8_w8a8_matmul
+
+C = MatmulConfig
+M, N, K = 5, 40, 256  # N: partial tiles for every block_n below
+CONFIGS = [
+    C(16, 32, 64, split_k=2, variant="swap"),
+    C(32, 16, 32, variant="mma"),
+    C(16, 64, 128, variant="swap"),
+]
+
+
+def _weight(rng, fmt, n=N, k=K):
+    w = rng.standard_normal((n, k)) * np.exp(0.5 * rng.standard_normal((n, 1)))
+    return qweight.quantize(jnp.asarray(w, jnp.float32), fmt)
+
+
+def _reference(parts, qw, post=None, col=None):
+    x = sum(np.asarray(p.astype(jnp.float32), np.float64) for p in parts)
+    if post is None:
+        w = np.asarray(qw.dequantize_storage(), np.float64)
+    else:  # NVFP4 codes times e4m3 scales, then the given per-row post scale
+        codes = np.asarray(unpack_e2m1(qw.data).astype(jnp.float32), np.float64)
+        s = np.repeat(np.asarray(qw.scale.astype(jnp.float32), np.float64), 16, axis=1)
+        c = np.asarray(col, np.float64)[:, None]
+        w = codes * s / c if post == "div" else codes * s * c
+    return x @ w.T
+
+
+def _rel(y, ref):
+    y = np.asarray(y, np.float64)
+    assert np.isfinite(y).all(), "unwritten (poisoned) or non-finite output element"
+    return np.linalg.norm(y - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.variant}{c.block_m}x{c.block_n}x"
+                         f"{c.block_k}s{c.split_k}")
+@pytest.mark.parametrize("layout", ["split", "interleave"])
+def test_nvfp4_configs_poisoned(rng, cfg, layout):
+    qw = _weight(rng, "nvfp4_a16")
+    x = jnp.asarray(rng.standard_normal((M, K)), jnp.float32)
+    parts = split_activation(x)
+    # A per-row post scale (as after a fuse), applied as a divisor.
+    col = jnp.asarray(rng.uniform(0.5, 4.0, (N,)), jnp.float32)
+    y = jax.jit(lambda p, c: nvfp4_matmul(p, qw.data, qw.scale, c, post="div",
+                                          out_dtype=jnp.float32, config=cfg, fp4_layout=layout,
+                                          interpret=True, poison=True))(parts, col)
+    assert _rel(y, _reference(parts, qw, "div", col)) < 1e-6
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=["swap-split2", "mma"])
+def test_mxfp4_and_mxfp8_weight_only_poisoned(rng, cfg):
+    x = jnp.asarray(rng.standard_normal((M, K)), jnp.bfloat16)
+    for fmt, fn in (("mxfp4_a16", mxfp4_matmul), ("mxfp8_a16", mxfp8_matmul)):
+        qw = _weight(rng, fmt)
+        y = jax.jit(lambda x: fn([x], qw.data, qw.scale, out_dtype=jnp.float32, config=cfg,
+                                 interpret=True, poison=True))(x)
+        assert _rel(y, _reference([x], qw)) < 1e-6, fmt
+
+
+@pytest.mark.parametrize("variant,cfg", [("bf16", C(16, 32, 64, split_k=2, variant="swap")),
+                                         ("fp8mma", C(16, 32, 64, split_k=2)),
+                                         ("fp8mma", C(32, 16, 128))])
+def test_mxfp8_w8a8_variants_poisoned(rng, variant, cfg):
+    qw = _weight(rng, "mxfp8")
+    x = jnp.asarray(rng.standard_normal((M, K)), jnp.float32)
+    q, s = quantize_activation(x, formats.get("mxfp8").activation)
+    y = jax.jit(lambda q, s: mxfp8_w8a8_matmul(q, s, qw.data, qw.scale, out_dtype=jnp.float32,
+                                               variant=variant, config=cfg, interpret=True,
+                                               poison=True))(q, s)
+    xq = np.asarray(q.astype(jnp.float32), np.float64) * np.repeat(np.asarray(s, np.float64), 32, 1)
+    ref = xq @ np.asarray(qw.dequantize_storage(), np.float64).T
+    assert _rel(y, ref) < 1e-6
+
+
+def test_nvfp4_post_scale_directions(rng):
+    # The global enters as the checkpoint says: CT divides, ModelOpt multiplies.
+    base = formats.get("nvfp4_a16").weight
+    for rule, gs, post in ((ScaleRule.CT, GlobalScale.DIVISOR, "div"),
+                           (ScaleRule.MODELOPT, GlobalScale.MULTIPLIER, "mul")):
+        spec = QuantSpec(dataclasses.replace(base, rule=rule, global_scale=gs))
+        qw = qweight.quantize(jnp.asarray(rng.standard_normal((N, K)), jnp.float32), spec)
+        col, got = nvfp4_post_scale(qw, spec)
+        assert got == post and col.shape == (N,)
+        x = jnp.asarray(rng.standard_normal((M, K)), jnp.float32)
+        parts = split_activation(x)
+        y = nvfp4_matmul(parts, qw.data, qw.scale, col, post=post, out_dtype=jnp.float32,
+                         config=CONFIGS[0], interpret=True)
+        ref = sum(np.asarray(p.astype(jnp.float32), np.float64) for p in parts) @ \
+            np.asarray(qw.dequantize_storage(), np.float64).T
+        assert _rel(y, ref) < 1e-6
+
+
+def test_argument_errors(rng):
+    qw = _weight(rng, "nvfp4_a16")
+    x = jnp.zeros((M, K), jnp.bfloat16)
+    col = jnp.ones((N,), jnp.float32)
+    call = lambda **kw: mx_dequant_matmul(**{  # noqa: E731
+        "x_parts": [x], "w": qw.data, "w_scale": qw.scale, "col_scale": col, "elem": "e2m1",
+        "scale": "e4m3", "group": 16, "post": "div", "config": CONFIGS[0],
+        "out_dtype": jnp.float32, "interpret": True, **kw})
+    with pytest.raises(ValueError, match="w has shape"):
+        call(w=qw.data[:, :-8])
+    with pytest.raises(ValueError, match="w_scale has dtype"):
+        call(w_scale=qw.scale.astype(jnp.float32))
+    with pytest.raises(ValueError, match=r"x_parts\[0\] has dtype"):
+        call(x_parts=[x.astype(jnp.float32)])
+    with pytest.raises(ValueError, match="col_scale"):
+        call(col_scale=None)
+    with pytest.raises(ValueError, match="interpret mode"):
+        call(decode="asm")
+    with pytest.raises(ValueError, match="split_k=3 must divide the 4 K-steps"):
+        call(config=C(16, 32, 64, split_k=3, variant="swap"))
+    with pytest.raises(ValueError, match="split e2m1 layout needs block_k >= 32"):
+        call(config=C(16, 32, 16, variant="swap"), fp4_layout="split")
+    with pytest.raises(ValueError, match="x must be bf16, f16 or f32"):
+        split_activation(jnp.zeros((2, 2), jnp.int32))
+
+
+def test_dense_path_matches(rng):
+    # The large-M path (exact bf16 dequantization + one XLA dot) computes the same function.
+    x = jnp.asarray(rng.standard_normal((M, K)), jnp.float32)
+    parts = split_activation(x)
+    for fmt, fn in (("nvfp4_a16", nvfp4_matmul), ("mxfp4_a16", mxfp4_matmul),
+                    ("mxfp8_a16", mxfp8_matmul)):
+        qw = _weight(rng, fmt)
+        kw = {}
+        if fmt == "nvfp4_a16":
+            col, post = nvfp4_post_scale(qw, qw.spec)
+            y = fn(parts, qw.data, qw.scale, col, post=post, out_dtype=jnp.float32, path="dense")
+        else:
+            y = fn(parts, qw.data, qw.scale, out_dtype=jnp.float32, path="dense", **kw)
+        ref = sum(np.asarray(p.astype(jnp.float32), np.float64) for p in parts) @ \
+            np.asarray(qw.dequantize_storage(), np.float64).T
+        assert _rel(y, ref) < 1e-6, fmt
