@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain bars: tqdm.auto wants ipywidgets inside notebooks
 
 from .. import formats
 from ..errors import CheckpointError, UnknownFormatError
