@@ -39,7 +39,6 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import dispatch, formats, qweight
 

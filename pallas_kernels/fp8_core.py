@@ -37,6 +37,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
+from .launch import launch_split_k
 from .fp8_convert import e4m3_to_bf16
 from .fp8_dot import fp8_dot
 
@@ -60,7 +61,6 @@ class _Static:
     dot_dtype: object  # dtype both MMA operands are in
     steps_per_split: int
     out_dtype: object
-    aliased_out: bool = False  # a (poisoned) output buffer is passed in as the last input
     interpret: bool = False
 
     @property
@@ -155,8 +155,6 @@ def _mma_body(*refs, p: _Static):
     x_ref = next(it)
     xs_ref = next(it) if p.x_kind != "none" else None
     w_ref, ws_ref = next(it), next(it)
-    if p.aliased_out:
-        next(it)  # the input side of the aliased output buffer; written through o_ref
     o_ref = next(it)
     cfg = p.cfg
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
@@ -228,8 +226,6 @@ def _gemv_body(*refs, p: _Static):
     x_ref = next(it)
     xs_ref = next(it) if p.x_kind != "none" else None
     w_ref, ws_ref = next(it), next(it)
-    if p.aliased_out:
-        next(it)
     o_ref = next(it)
     cfg = p.cfg
     bn, bk = cfg.block_n, cfg.block_k
@@ -350,36 +346,15 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     out_dtype = jnp.dtype(out_dtype or (jnp.bfloat16 if fp8_x else x.dtype))
     dot_dtype = E4M3 if fp8_x else x.dtype
     p = _Static(m, n, k, config, x_scale_kind, w_scale_kind, dot_dtype, sps, out_dtype,
-                poison_output, interpret)
+                interpret=interpret)
 
     cfg = config
     if cfg.variant == "gemv":
         body, tiles = _gemv_body, cdiv(n, cfg.block_n)
     else:
         body, tiles = _mma_body, cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
-    split = cfg.split_k > 1
-    out_shape = jax.ShapeDtypeStruct((cfg.split_k * m, n), F32 if split else out_dtype)
     operands = [x] + ([x_scale] if x_scale_kind != "none" else []) + [w, w_scale]
-    aliases = {}
-    if poison_output:
-        aliases = {len(operands): 0}
-        operands.append(jnp.full(out_shape.shape, jnp.nan, out_shape.dtype))
-    y = pl.pallas_call(
-        functools.partial(body, p=p),
-        out_shape=out_shape,
-        grid=(tiles, cfg.split_k),
-        in_specs=[pl.no_block_spec] * len(operands),
-        out_specs=pl.no_block_spec,
-        compiler_params=pltriton.CompilerParams(num_warps=cfg.num_warps,
-                                                num_stages=cfg.num_stages),
-        input_output_aliases=aliases,
-        interpret=interpret,
-        name=name,
-    )(*operands)
-    if split:
-        y = y.reshape(cfg.split_k, m, n)
-        total = y[0]
-        for s in range(1, cfg.split_k):  # fixed left-to-right order: batch-invariant
-            total = total + y[s]
-        y = total.astype(out_dtype)
-    return y
+    return launch_split_k(functools.partial(body, p=p), operands, m=m, n=n, tiles=tiles,
+                          split_k=cfg.split_k, num_warps=cfg.num_warps,
+                          num_stages=cfg.num_stages, out_dtype=out_dtype,
+                          poison=poison_output, interpret=interpret, name=name)

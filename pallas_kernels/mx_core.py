@@ -41,6 +41,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
+from .launch import launch_split_k
 from .fp8_core import _grouped_pid, _load2, _mask2
 from .mx_dense import dense_dequant_matmul
 from .mx_decode import (ASM_NVFP4_ACC_SHIFT, ASM_NVFP4_SCALE_SHIFT, E2M1_DECODE_SHIFT,
@@ -322,38 +323,9 @@ def mx_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.A
                 out_dtype)
 
     cfg = config
-    split = cfg.split_k > 1
-    tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
-    out_shape = jax.ShapeDtypeStruct((cfg.split_k * m, n), F32 if split else out_dtype)
     operands = x_parts + [w, w_scale] + ([col_scale] if col_scale is not None else [])
-    aliases = {}
-    if poison:
-        operands.append(jnp.full(out_shape.shape, jnp.nan, out_shape.dtype))
-        aliases = {len(operands) - 1: 0}
-    body = functools.partial(_body, p=p)
-    if poison:  # the aliased input ref is not read; outputs follow the inputs
-        body = functools.partial(_skip_one_input, body=body, n_in=len(operands))
-    y = pl.pallas_call(
-        body,
-        out_shape=out_shape,
-        grid=(tiles, cfg.split_k),
-        in_specs=[pl.no_block_spec] * len(operands),
-        out_specs=pl.no_block_spec,
-        input_output_aliases=aliases,
-        compiler_params=pltriton.CompilerParams(num_warps=cfg.num_warps,
-                                                num_stages=cfg.num_stages),
-        interpret=interpret,
-        name=name,
-    )(*operands)
-    if split:
-        y = y.reshape(cfg.split_k, m, n)
-        total = y[0]
-        for s in range(1, cfg.split_k):  # fixed left-to-right order: batch-invariant
-            total = total + y[s]
-        y = _post_xla(p, total, col_scale).astype(out_dtype)
-    return y
-
-
-def _skip_one_input(*refs, body, n_in):
-    """Drop the aliased poison input (refs[n_in - 1]) before calling the kernel body."""
-    return body(*refs[: n_in - 1], *refs[n_in:])
+    return launch_split_k(functools.partial(_body, p=p), operands, m=m, n=n,
+                          tiles=cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split_k=cfg.split_k,
+                          num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                          out_dtype=out_dtype, poison=poison, interpret=interpret, name=name,
+                          finish=lambda total: _post_xla(p, total, col_scale))

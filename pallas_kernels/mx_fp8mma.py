@@ -23,6 +23,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
+from .launch import launch_split_k
 from .fp8_core import _grouped_pid, _load2, _mask2
 from .fp8_dot import fp8_dot
 from .mx_decode import e8m0_to_f32
@@ -125,33 +126,8 @@ def mxfp8_fp8mma_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale
     w_scale = e8m0_to_f32(w_scale)
     xq = lax.bitcast_convert_type(xq, E4M3)  # same width: no data movement
     w = lax.bitcast_convert_type(w, E4M3)
-    split = cfg.split_k > 1
-    out_dtype = jnp.dtype(out_dtype)
-    out_shape = jax.ShapeDtypeStruct((cfg.split_k * m, n), F32 if split else out_dtype)
-    operands = [xq, x_scale, w, w_scale]
-    body = functools.partial(_body, p=p)
-    aliases = {}
-    if poison:
-        operands.append(jnp.full(out_shape.shape, jnp.nan, out_shape.dtype))
-        aliases = {4: 0}
-        inner = body
-        body = lambda xr, xsr, wr, wsr, _poison, o: inner(xr, xsr, wr, wsr, o)  # noqa: E731
-    y = pl.pallas_call(
-        body,
-        out_shape=out_shape,
-        grid=(cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), cfg.split_k),
-        in_specs=[pl.no_block_spec] * len(operands),
-        out_specs=pl.no_block_spec,
-        input_output_aliases=aliases,
-        compiler_params=pltriton.CompilerParams(num_warps=cfg.num_warps,
-                                                num_stages=cfg.num_stages),
-        interpret=interpret,
-        name=name,
-    )(*operands)
-    if split:
-        y = y.reshape(cfg.split_k, m, n)
-        total = y[0]
-        for s in range(1, cfg.split_k):
-            total = total + y[s]
-        y = total.astype(out_dtype)
-    return y
+    return launch_split_k(functools.partial(_body, p=p), [xq, x_scale, w, w_scale], m=m, n=n,
+                          tiles=cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split_k=cfg.split_k,
+                          num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                          out_dtype=jnp.dtype(out_dtype), poison=poison, interpret=interpret,
+                          name=name)

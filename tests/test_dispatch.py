@@ -1,6 +1,5 @@
 """The dispatcher: choices, explanations and every error path."""
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

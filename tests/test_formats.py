@@ -3,7 +3,6 @@
 import dataclasses
 
 import hypothesis.strategies as st
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-import jqlin
 from jqlin.models import llama
 from jqlin.models.parallel import shard_model
 

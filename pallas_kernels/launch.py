@@ -1,0 +1,65 @@
+"""The launch every tiled kernel here shares: a Triton-backend pallas_call over
+(output tiles, split_k) programs, then the split-K partials summed in a fixed order.
+
+The partials are added left to right (split 0 + split 1 + ...), never as a tree whose shape
+could follow M: with a deterministic config the reduction order is then a function of the
+config alone, which is what batch invariance needs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+__all__ = ["launch_split_k", "sum_splits"]
+
+
+def sum_splits(y: jax.Array, split_k: int, m: int, n: int) -> jax.Array:
+    """(split_k * m, n) float32 partials -> (m, n), added in split order."""
+    y = y.reshape(split_k, m, n)
+    total = y[0]
+    for s in range(1, split_k):
+        total = total + y[s]
+    return total
+
+
+def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: int,
+                   tiles: int, split_k: int, num_warps: int, num_stages: int, out_dtype,
+                   poison: bool, interpret: bool, name: str,
+                   finish: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+    """Run `body(*in_refs, out_ref)` on a (tiles, split_k) grid and return the (m, n) result.
+
+    With split_k > 1 every split writes float32 partials to its own (m, n) slab; they are summed
+    here and `finish` (float32 -> float32, e.g. a per-column scale) is applied before the cast
+    to out_dtype. poison: a test hook -- the output is a NaN-filled buffer passed in aliased
+    (the body never sees it), so any element the kernel fails to write stays NaN.
+    """
+    split = split_k > 1
+    out_shape = jax.ShapeDtypeStruct((split_k * m, n), jnp.float32 if split else out_dtype)
+    operands = list(operands)
+    aliases = {}
+    kernel = body
+    if poison:
+        operands.append(jnp.full(out_shape.shape, jnp.nan, out_shape.dtype))
+        aliases = {len(operands) - 1: 0}
+        n_in = len(operands)
+        kernel = lambda *refs: body(*refs[: n_in - 1], *refs[n_in:])  # noqa: E731
+    y = pl.pallas_call(
+        kernel,
+        out_shape=out_shape,
+        grid=(tiles, split_k),
+        in_specs=[pl.no_block_spec] * len(operands),
+        out_specs=pl.no_block_spec,
+        input_output_aliases=aliases,
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        interpret=interpret,
+        name=name,
+    )(*operands)
+    if split:
+        total = sum_splits(y, split_k, m, n)
+        y = (finish(total) if finish is not None else total).astype(out_dtype)
+    return y
