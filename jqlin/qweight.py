@@ -169,7 +169,7 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
     Per-tensor weight scales become a per-channel vector; differing NVFP4 global scales become
     a per-row global vector; parts of block formats that end in a partial block keep their
     padding and are mapped back through row segments. Static activation scales must be one
-    value: the max is taken (as vLLM does) with a warning when they differ.
+    value: the widest range is kept (as vLLM does) with a warning when they differ.
     """
     parts = list(parts)
     if not parts:
