@@ -201,7 +201,7 @@ MXFP8 = register_kernel(Kernel(
     name="pallas_mxfp8",
     impl=_impl,
     honours=((_W_MXFP8, WEIGHT_ONLY), (_W_MXFP8, _A_MXFP8)),
-    description="Pallas/Triton MXFP8: e4m3 x 2^k/32 to exact bf16 + bf16 MMA; W8A8 at large M "
-                "in default mode: fp8 MMA per 32-chunk with f32 scale application",
+    description="Pallas/Triton MXFP8: e4m3 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+                "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **_COMMON,
 ))
