@@ -38,6 +38,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .launch import launch_split_k
+from .tiles import load2, mask2, store_tile, tile_coords
 from .fp8_convert import e4m3_to_bf16
 from .fp8_dot import fp8_dot
 
@@ -66,35 +67,6 @@ class _Static:
     @property
     def per_block(self) -> bool:
         return self.w_kind == "block" or self.x_kind == "group"
-
-
-def _grouped_pid(pid, num_m: int, num_n: int, group_m: int):
-    """Programs that share an N tile run together (L2 reuse of the weight tile)."""
-    group_m = min(group_m, num_m)
-    per_group = group_m * num_n
-    group_id = lax.div(pid, per_group)
-    first_m = group_id * group_m
-    size_m = jnp.minimum(num_m - first_m, group_m)
-    within = lax.rem(pid, per_group)
-    return first_m + lax.rem(within, size_m), lax.div(within, size_m)
-
-
-def _mask2(rows, rows_lim, cols, cols_lim):
-    """Boolean mask for a tile, or None when statically in bounds."""
-    mask = None
-    if rows_lim is not None:
-        mask = (rows < rows_lim)[:, None]
-    if cols_lim is not None:
-        cm = (cols < cols_lim)[None, :]
-        mask = cm if mask is None else mask & cm
-    return mask
-
-
-def _load2(ref, r0, nr, c0, nc, mask):
-    view = ref.at[pl.ds(r0, nr), pl.ds(c0, nc)]
-    if mask is None:
-        return view[...]
-    return pltriton.load(view, mask=mask, other=jnp.zeros((), view.dtype))
 
 
 def _load_col(ref, r0, nr, col, mask):
@@ -159,15 +131,9 @@ def _mma_body(*refs, p: _Static):
     cfg = p.cfg
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     swap = cfg.variant == "swap"
-    num_m, num_n = cdiv(p.m, bm), cdiv(p.n, bn)
-    pid_m, pid_n = _grouped_pid(pl.program_id(0), num_m, num_n, cfg.group_m)
-    m0, n0 = pid_m * bm, pid_n * bn
-    rm = m0 + jnp.arange(bm, dtype=jnp.int32)
-    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
-    m_lim = p.m if p.m % bm else None
-    n_lim = p.n if p.n % bn else None
+    t = tile_coords(p.m, p.n, bm, bn, cfg.group_m, cfg.split_k, p.steps_per_split)
+    m0, n0, rm, rn, m_lim, n_lim, step0 = t
     k_lim = p.k if p.k % (bk * cfg.k_unroll) else None  # some K-step runs past K
-    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
     precision = lax.Precision.HIGHEST if p.dot_dtype == F32 else None
     dims = (((1,), (1,)), ((), ()))
 
@@ -181,8 +147,8 @@ def _mma_body(*refs, p: _Static):
         for j in range(cfg.k_unroll * sub):
             k0 = (step0 + i) * (bk * cfg.k_unroll) + j * sbk
             rk = k0 + jnp.arange(sbk, dtype=jnp.int32)
-            x = _load2(x_ref, m0, bm, k0, sbk, _mask2(rm, m_lim, rk, k_lim))
-            w = _load2(w_ref, n0, bn, k0, sbk, _mask2(rn, n_lim, rk, k_lim))
+            x = load2(x_ref, m0, bm, k0, sbk, mask2(rm, m_lim, rk, k_lim))
+            w = load2(w_ref, n0, bn, k0, sbk, mask2(rn, n_lim, rk, k_lim))
             tiles.append((k0, x, w))
         for k0, x, w in tiles:
             if cfg.fast_convert and mma_dtype == jnp.bfloat16:
@@ -209,15 +175,7 @@ def _mma_body(*refs, p: _Static):
     acc = _apply(acc, rs, cs, swap)
     if swap:
         acc = acc.T
-    # split_k > 1: the output is (split_k * M, N) float32, split s in rows [s*M, (s+1)*M).
-    row0 = m0 + pl.program_id(1) * p.m if cfg.split_k > 1 else m0
-    view = o_ref.at[pl.ds(row0, bm), pl.ds(n0, bn)]
-    mask = _mask2(rm, m_lim, rn, n_lim)
-    val = acc.astype(view.dtype)
-    if mask is None:
-        view[...] = val
-    else:
-        pltriton.store(view, val, mask=mask)
+    store_tile(o_ref, t, acc, p.m, cfg.split_k)
 
 
 def _gemv_body(*refs, p: _Static):
@@ -242,7 +200,7 @@ def _gemv_body(*refs, p: _Static):
         for j in range(cfg.k_unroll * sub):  # weight loads first, as in _mma_body
             k0 = (step0 + i) * (bk * cfg.k_unroll) + j * sbk
             rk = k0 + jnp.arange(sbk, dtype=jnp.int32)
-            loads.append((k0, rk, _load2(w_ref, n0, bn, k0, sbk, _mask2(rn, n_lim, rk, k_lim))))
+            loads.append((k0, rk, load2(w_ref, n0, bn, k0, sbk, mask2(rn, n_lim, rk, k_lim))))
         for k0, rk, w in loads:
             w = w.astype(F32)
             cs = None
@@ -251,7 +209,7 @@ def _gemv_body(*refs, p: _Static):
             new = []
             for r in range(p.m):
                 kmask = None if k_lim is None else (rk < k_lim)[None, :]
-                xr = _load2(x_ref, r, 1, k0, sbk, kmask)
+                xr = load2(x_ref, r, 1, k0, sbk, kmask)
                 part = jnp.sum(w * xr.astype(F32), axis=1)
                 new.append(accs[r] + (part if cs is None else part * cs))
             accs = tuple(new)

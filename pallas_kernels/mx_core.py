@@ -42,7 +42,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .launch import launch_split_k
-from .fp8_core import _grouped_pid, _load2, _mask2
+from .tiles import load2, mask2, store_tile, tile_coords
 from .mx_dense import dense_dequant_matmul
 from .mx_decode import (ASM_NVFP4_ACC_SHIFT, ASM_NVFP4_SCALE_SHIFT, E2M1_DECODE_SHIFT,
                         e2m1_bytes_to_f32, e2m1_nibbles_bf16_asm, e2m1_nibbles_to_f32,
@@ -110,14 +110,14 @@ def _decode_tile(p: _Static, w_ref, s_ref, n0, rn, k0):
     cfg = p.cfg
     bn, bk = cfg.block_n, cfg.block_k
     n_lim = p.n if p.n % bn else None
-    rows = _mask2(rn, n_lim, None, None)
+    rows = mask2(rn, n_lim, None, None)
     if p.elem == "e2m1":
-        q = _load2(w_ref, n0, bn, lax.div(k0, 2), bk // 2, rows)
+        q = load2(w_ref, n0, bn, lax.div(k0, 2), bk // 2, rows)
         wf = e2m1_bytes_to_f32(q)  # value * 2**-14; given back on the accumulator
     else:
-        q = _load2(w_ref, n0, bn, k0, bk, rows)
+        q = load2(w_ref, n0, bn, k0, bk, rows)
         wf = lax.bitcast_convert_type(q, jnp.float8_e4m3fn).astype(F32)
-    s = _load2(s_ref, n0, bn, lax.div(k0, p.group), bk // p.group, rows)
+    s = load2(s_ref, n0, bn, lax.div(k0, p.group), bk // p.group, rows)
     if p.scale == "e8m0":
         sf = e8m0_to_f32(s)
     else:
@@ -130,9 +130,9 @@ def _decode_split(p: _Static, w_ref, s_ref, n0, rn, k0):
     cfg = p.cfg
     bn, bk = cfg.block_n, cfg.block_k
     n_lim = p.n if p.n % bn else None
-    rows = _mask2(rn, n_lim, None, None)
-    q = _load2(w_ref, n0, bn, lax.div(k0, 2), bk // 2, rows)
-    s = _load2(s_ref, n0, bn, lax.div(k0, p.group), bk // p.group, rows)
+    rows = mask2(rn, n_lim, None, None)
+    q = load2(w_ref, n0, bn, lax.div(k0, 2), bk // 2, rows)
+    s = load2(s_ref, n0, bn, lax.div(k0, p.group), bk // p.group, rows)
     sf = e8m0_to_f32(s) if p.scale == "e8m0" else lax.bitcast_convert_type(
         s, jnp.float8_e4m3fn).astype(F32)
     if p.decode == "asm":
@@ -153,14 +153,8 @@ def _body(*refs, p: _Static):
     cfg = p.cfg
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     swap = cfg.variant == "swap"
-    num_m, num_n = cdiv(p.m, bm), cdiv(p.n, bn)
-    pid_m, pid_n = _grouped_pid(pl.program_id(0), num_m, num_n, cfg.group_m)
-    m0, n0 = pid_m * bm, pid_n * bn
-    rm = m0 + jnp.arange(bm, dtype=jnp.int32)
-    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
-    m_lim = p.m if p.m % bm else None
-    n_lim = p.n if p.n % bn else None
-    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
+    t = tile_coords(p.m, p.n, bm, bn, cfg.group_m, cfg.split_k, p.steps_per_split)
+    m0, n0, rm, rn, m_lim, n_lim, step0 = t
     dims = (((1,), (1,)), ((), ()))
     split = p.elem == "e2m1" and p.fp4_layout == "split"
 
@@ -169,7 +163,7 @@ def _body(*refs, p: _Static):
             return acc + lax.dot_general(w, x, dims, preferred_element_type=F32)
         return acc + lax.dot_general(x, w, dims, preferred_element_type=F32)
 
-    xmask = _mask2(rm, m_lim, None, None)
+    xmask = mask2(rm, m_lim, None, None)
 
     def step(i, acc):
         k0 = (step0 + i) * bk
@@ -177,12 +171,12 @@ def _body(*refs, p: _Static):
             lo, hi = _decode_split(p, w_ref, s_ref, n0, rn, k0)
             kh = lax.div(k0, 2)
             for j in range(0, len(x_refs), 2):  # fixed part order: (even, odd) per part
-                acc = mma(acc, lo, _load2(x_refs[j], m0, bm, kh, bk // 2, xmask))
-                acc = mma(acc, hi, _load2(x_refs[j + 1], m0, bm, kh, bk // 2, xmask))
+                acc = mma(acc, lo, load2(x_refs[j], m0, bm, kh, bk // 2, xmask))
+                acc = mma(acc, hi, load2(x_refs[j + 1], m0, bm, kh, bk // 2, xmask))
             return acc
         w = _decode_tile(p, w_ref, s_ref, n0, rn, k0)
         for x_ref in x_refs:  # fixed part order
-            acc = mma(acc, w, _load2(x_ref, m0, bm, k0, bk, xmask))
+            acc = mma(acc, w, load2(x_ref, m0, bm, k0, bk, xmask))
         return acc
 
     acc = lax.fori_loop(0, p.steps_per_split, step,
@@ -191,15 +185,7 @@ def _body(*refs, p: _Static):
         acc = acc.T
     if cfg.split_k == 1:
         acc = _post(p, acc, c_ref, n0, rn, n_lim)
-    # split_k > 1: the output is (split_k * M, N) float32, split s in rows [s*M, (s+1)*M).
-    row0 = m0 + pl.program_id(1) * p.m if cfg.split_k > 1 else m0
-    view = o_ref.at[pl.ds(row0, bm), pl.ds(n0, bn)]
-    mask = _mask2(rm, m_lim, rn, n_lim)
-    val = acc.astype(view.dtype)
-    if mask is None:
-        view[...] = val
-    else:
-        pltriton.store(view, val, mask=mask)
+    store_tile(o_ref, t, acc, p.m, cfg.split_k)
 
 
 def _acc_shift(p: _Static) -> float:

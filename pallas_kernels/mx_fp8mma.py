@@ -24,7 +24,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .launch import launch_split_k
-from .fp8_core import _grouped_pid, _load2, _mask2
+from .tiles import load2, mask2, store_tile, tile_coords
 from .fp8_dot import fp8_dot
 from .mx_decode import e8m0_to_f32
 
@@ -54,22 +54,16 @@ def _col(ref, r0, nr, col, lim, rows):
 def _body(x_ref, xs_ref, w_ref, ws_ref, o_ref, *, p: _Static):
     cfg = p.cfg
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    num_m, num_n = cdiv(p.m, bm), cdiv(p.n, bn)
-    pid_m, pid_n = _grouped_pid(pl.program_id(0), num_m, num_n, cfg.group_m)
-    m0, n0 = pid_m * bm, pid_n * bn
-    rm = m0 + jnp.arange(bm, dtype=jnp.int32)
-    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
-    m_lim = p.m if p.m % bm else None
-    n_lim = p.n if p.n % bn else None
-    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
+    t = tile_coords(p.m, p.n, bm, bn, cfg.group_m, cfg.split_k, p.steps_per_split)
+    m0, n0, rm, rn, m_lim, n_lim, step0 = t
     def step(i, acc):
         k0 = (step0 + i) * bk
         for c in range(bk // CHUNK):  # chunks in K order
             kc = k0 + c * CHUNK
             # Loaded as e4m3 directly: Triton feeds wgmma only from plain loads (a bitcast of
             # bytes in between demotes the dot to mma.sync).
-            x = _load2(x_ref, m0, bm, kc, CHUNK, _mask2(rm, m_lim, None, None))
-            w = _load2(w_ref, n0, bn, kc, CHUNK, _mask2(rn, n_lim, None, None))
+            x = load2(x_ref, m0, bm, kc, CHUNK, mask2(rm, m_lim, None, None))
+            w = load2(w_ref, n0, bn, kc, CHUNK, mask2(rn, n_lim, None, None))
             # K = 32 is one fp8 MMA k-step: promoting every 32 adds nothing to the f32 adds
             # done below anyway (Pallas' default attribute, 0, picks a slower lowering).
             part = fp8_dot(x, w, promote_k=CHUNK)
@@ -80,14 +74,7 @@ def _body(x_ref, xs_ref, w_ref, ws_ref, o_ref, *, p: _Static):
         return acc
 
     acc = lax.fori_loop(0, p.steps_per_split, step, jnp.zeros((bm, bn), F32))
-    row0 = m0 + pl.program_id(1) * p.m if cfg.split_k > 1 else m0
-    view = o_ref.at[pl.ds(row0, bm), pl.ds(n0, bn)]
-    mask = _mask2(rm, m_lim, rn, n_lim)
-    val = acc.astype(view.dtype)
-    if mask is None:
-        view[...] = val
-    else:
-        pltriton.store(view, val, mask=mask)
+    store_tile(o_ref, t, acc, p.m, cfg.split_k)
 
 
 def _check(name, arr, shape, dtypes):
