@@ -8,6 +8,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     decomposed on Hopper) -- the MXFP8 baseline of the issue.
 
     PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts decode,large
+    PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts grid --shapes all \
+        --m 1,16,64,256,1024,4096,16384       # the issue's grid: auto kernels and baselines
 """
 
 from __future__ import annotations
@@ -52,7 +54,13 @@ def _variant(fmt: str, tag: str, m: int | None = None, **kw) -> bench.Op:
 
 def _auto(fmt: str, det: bool = False) -> bench.Op:
     kernel = bench._auto_kernel(bench.formats.get(fmt))
-    return bench.Op(kernel, fmt, "det" if det else "default", bench._kernel_op(kernel, det))
+    return bench.Op(kernel, fmt, "det" if det else "default", bench._kernel_op(kernel, det),
+                    xla_gemm_min_m=None if det else apply_dense_min_m())
+
+
+def apply_dense_min_m() -> int:
+    from jqlin.kernels import pallas_fp4
+    return pallas_fp4.XLA_GEMM_MIN_M
 
 
 def _decode_cfg(cfg: C, m: int, n: int, k: int, per_sm: int) -> C:
@@ -63,7 +71,7 @@ def _decode_cfg(cfg: C, m: int, n: int, k: int, per_sm: int) -> C:
 
 
 def decode_ops(k: int, n: int) -> list[bench.Op]:
-    ops = [bench.Op("bf16", None, "default", bench._bf16_dot)]
+    ops = [bench.Op("bf16", None, "default", bench._bf16_dot, xla_gemm_min_m=0)]
     for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"):
         ops += [_auto(fmt), _auto(fmt, det=True)]
     ops += [_auto("nvfp4"), _auto("mxfp4"), _auto("mxfp8")]
@@ -78,8 +86,9 @@ def decode_ops(k: int, n: int) -> list[bench.Op]:
 
 def large_ops(k: int, n: int) -> list[bench.Op]:
     del k, n
-    ops = [bench.Op("bf16", None, "default", bench._bf16_dot),
-           bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8)]
+    ops = [bench.Op("bf16", None, "default", bench._bf16_dot, xla_gemm_min_m=0),
+           bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8,
+                    xla_gemm_min_m=0)]
     for fmt in ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16"):
         ops += [_auto(fmt), _auto(fmt, det=True)]
     for fmt in ("nvfp4_a16", "mxfp8"):  # the Triton kernel at the same M (default config)
@@ -91,12 +100,25 @@ def large_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
+
+
+def grid_ops() -> list[bench.Op]:
+    """bf16, scaled_dot_general mxfp8 (M >= 1024) and each format's auto kernel, both modes."""
+    ops = bench.build_ops(FORMATS, None, xla_ref_max_m=0)
+    ops.insert(1, bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8, min_m=1024,
+                           xla_gemm_min_m=0))
+    return ops
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--parts", default="large,decode")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--shapes", default="all", help="grid part: model names, 'all' or KxN list")
+    p.add_argument("--m", default=",".join(map(str, bench.M_VALUES)), help="grid part: M values")
     p.add_argument("--tiny", action="store_true", help="CPU smoke test of the script")
     args = p.parse_args(argv)
     out = pathlib.Path(args.out)
@@ -115,6 +137,9 @@ def main(argv=None) -> int:
             plan.append((DECODE_SHAPES, (1, 16), decode_ops))
         elif part == "large":
             plan.append((LARGE_SHAPES, (4096,), large_ops))
+        elif part == "grid":
+            plan.append((bench.parse_shapes(args.shapes),
+                         tuple(int(v) for v in args.m.split(",")), lambda k, n: grid_ops()))
     for shapes, ms, make_ops in plan:
         if args.tiny:
             shapes, ms = [("tiny", 256, 128)], tuple(min(m, 32) for m in ms)

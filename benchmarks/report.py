@@ -56,13 +56,61 @@ def fp8_section(path: pathlib.Path) -> list[str]:
     d = json.loads(path.read_text())
     out = [f"### FP8 ({path.name})", "",
            f"Device {d['device']}, jax {d['jax_version']}; copy bandwidth {d['copy_bandwidth_Bps'] / 1e12:.2f} "
-           "TB/s in the same run. The full grid did not run (device time); these are the same-run "
-           "ratios that exist. Small-M figures of the sweep harness include host dispatch.", "",
+           "TB/s in the same run. Session 1's same-run ratios (sweep harness; its small-M figures "
+           "include host dispatch), kept for the large-M block / per-token W8A8 tiles.", "",
            "| kernel | M | K x N | us | bf16 us | speedup | source |", "|---|---|---|---|---|---|---|"]
     for name, rows in d["series"].items():
         for r in rows:
             out.append(f"| {name} | {r['M']} | {r['K']}x{r['N']} | {r['us']:.1f} | {r['bf16_us']:.1f} | "
                        f"{r['speedup']:.2f}x | {r['source']} |")
+    return out
+
+
+def grid_section(paths: list[pathlib.Path], title: str) -> list[str]:
+    """Geomean speedup vs bf16 over shapes (min-max) per kernel label and M; BW frac at M<=16."""
+    recs, runs = [], []
+    for path in paths:
+        d = json.loads(path.read_text())
+        recs += [r for r in d["records"] if "speedup_vs_bf16" in r]
+        bws = [lane["copy_bandwidth_Bps"] / 1e12 for lane in d.get("lanes", [])] or \
+              [d["copy_bandwidth_Bps"] / 1e12]
+        runs.append(f"`{path.name}` (copy bandwidth {min(bws):.2f}-{max(bws):.2f} TB/s; "
+                    f"command: `{d.get('command', '?')}`)")
+    ms = sorted({r["M"] for r in recs})
+    shapes = sorted({(r["K"], r["N"]) for r in recs})
+    out = [f"### {title}", "", "Sources: " + "; ".join(runs) + ".", "",
+           f"{len(shapes)} shapes (K x N); speedup = bf16 `jnp.dot` time / kernel time, same shape "
+           "and M, same process; CUPTI device time. `xla` = jqlin's XLA reference path (f32 "
+           "dequantize + dot), `xla_fp8` = XLA's own fp8 x fp8 per-tensor dot (cuBLASLt). "
+           "Cells: geomean (min-max).", "",
+           "| format : kernel | " + " | ".join(f"M={m}" for m in ms) + " | BW frac M<=16 (max) |",
+           "|---|" + "---|" * (len(ms) + 1)]
+    for label in sorted({r["label"] for r in recs} - {"bf16"}):
+        cells = []
+        for m in ms:
+            v = [r["speedup_vs_bf16"] for r in recs if r["label"] == label and r["M"] == m]
+            cells.append(f"{geomean(v):.2f}x ({min(v):.2f}-{max(v):.2f})" if v else "-")
+        bw = [r["frac_copy_bw"] for r in recs if r["label"] == label and r["M"] <= 16]
+        cells.append(f"{max(bw):.2f}" if bw else "-")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
+def tp_section(path: pathlib.Path) -> list[str]:
+    d = json.loads(path.read_text())
+    out = [f"### Tensor parallel ({path.name})", "",
+           f"{d['devices']} x {d['device']}, style {d['style']}, format "
+           f"`{d['rows'][0]['format']}`; timing: {d['timing']}. Llama-3-8B-shaped layers, random "
+           "weights. These wall times are dominated by something other than weight bytes (each "
+           "extra layer at M=1 costs ~180 us on one GPU for ~0.22 GB, ~65 us of reading; host "
+           "dispatch or per-kernel latency, which wall time cannot separate): they do not "
+           "measure TP scaling. bench_tp.py now also records CUPTI device time (not yet run). "
+           "NOTES.md: the megatron program has 5 collective-permutes per layer, from splitting "
+           "the fused q/k/v and gate/up outputs, besides its 2 all-reduces.", "",
+           "| layers | M | 1 GPU us | 2 GPUs us | speedup | rel. diff vs 1 GPU |", "|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        out.append(f"| {r['layers']} | {r['m']} | {r['t1_us']:.0f} | {r['tn_us']:.0f} | "
+                   f"{r['speedup']:.2f}x | {r['rel_err_vs_1']:.1e} |")
     return out
 
 
@@ -72,23 +120,38 @@ def main() -> int:
              "every figure was measured on the `nvidia-h200` device (one H200 SXM, jax 0.11.2). "
              "`benchmarks/NOTES.md` has each kernel version, its prediction and the runs.", "",
              "## Roofline", "",
-             "* Memory: the XLA device copy measured 3.28-3.36 TB/s in these runs (KINDS.md's 4.3 TB/s "
-             "was a torch copy). Decode (M <= 16) is bound by weight bytes: the ceiling over a "
+             "* Memory: the XLA device copy measured 3.2-3.6 TB/s in these runs (KINDS.md's 4.3 TB/s "
+             "was a torch copy; a read-mostly kernel can exceed the copy figure, so BW fractions "
+             "above 1 occur). Decode (M <= 16) is bound by weight bytes: the ceiling over a "
              "bandwidth-bound bf16 dot is 2 B / bytes-per-weight: fp8 1.94-2.0x, NVFP4 3.56x, MXFP4 3.76x.",
              "* Arithmetic: bf16 `jnp.dot` 685-750 TFLOP/s at M=4096; XLA fp8 x fp8 (cuBLASLt, per-tensor) "
              "1085 TFLOP/s on 8192^2.",
-             "* Measured limiter of every decode kernel here: converting e4m3 / e2m1 codes to bf16 in the "
-             "Triton body (a kernel that only reads and converts e4m3 stops at 1.6-1.9 TB/s), not bytes.", "",
+             "* Decode limiter: not bytes. The fp8 x fp8 kernels and XLA's own fused multiply-reduce of "
+             "the dequantized weight (the `xla` path at M=1) stream at ~1.0-1.2x the copy figure; the "
+             "W8A16 kernels, which turn e4m3 into bf16 in the Triton body, reach 0.7-1.0 at M=1 and "
+             "0.6-0.85 at M=16 (NOTES.md: an integer-op conversion did not help the 16-row MMA tile, "
+             "so the conversion's place in the MMA pipeline, not its instruction count, limits).", "",
              "## How to reproduce", "",
-             "```", "bash benchmarks/run_device.sh tests,full        # FP8: GPU tests + full grid (needs ~10 min)",
+             "```", "LANE0=\"tests grid:llama3-8b:1,16,64,256\" LANE1=\"grid:llama3-70b,deepseek-v3:1,16,64,256\" \\",
+             "  bash benchmarks/run_device_x2.sh                # FP8 decode grid on nvidia-h200-x2 (~6 min)",
+             "bash benchmarks/run_device.sh tests,full        # FP8: GPU tests + full grid, one GPU",
              "bash benchmarks/run_device_fp4.sh tests,bench     # NVFP4 / MX",
              "PYTHONPATH=. python benchmarks/bench_tp.py --out tp.json   # tensor parallel, 2+ GPUs",
              "python -m jqlin bench                             # a small version, any GPU", "```", "",
              "## Results", ""]
+    decode = RESULTS / "h200_fp8_grid_s2_decode.json"
+    if decode.exists():
+        lines += grid_section([decode], "FP8, decode and mid M (all 11 shapes)") + [""]
+    large = RESULTS / "h200_fp8_grid_s2_large.json"
+    if large.exists():
+        lines += grid_section([large], "FP8, prefill M (2 shapes; the rest of the grid did not "
+                              "run); W8A16 heuristics at M > 512 changed after this run") + [""]
     for p in sorted(RESULTS.glob("h200_fp8_speedup_vs_bf16.json")):
         lines += fp8_section(p) + [""]
     for p in sorted(RESULTS.glob("h200_fp4_mx.json")):
         lines += fp4_mx_section(p) + [""]
+    for p in sorted(RESULTS.glob("h200x2_tp.json")):
+        lines += tp_section(p) + [""]
     lines += ["## Targets (issues 3 and 4)", "",
               "None of the speed targets is met yet; the measured figure, the bound and the limiter "
               "of each are in NOTES.md (FP8 status table and the NVFP4/MX section)."]

@@ -39,13 +39,17 @@ class Auto:
     variant: str = "mma"
     k_unroll: int = 1
     fp8_mma: bool = True
+    fast_convert: bool = False
+    per_sm: int | None = None  # programs per SM to fill to (None: the sweep's target)
 
     def resolve(self, m: int, n: int, k: int, target: int) -> C:
         tiles = (1 if self.variant == "gemv" else cdiv(m, self.block_m)) * cdiv(n, self.block_n)
         bk = self.block_k * self.k_unroll
+        if self.per_sm is not None:
+            target = self.per_sm * num_sms()
         return C(self.block_m, self.block_n, self.block_k, self.num_warps, self.num_stages,
                  split_for(tiles, k, bk, target=target), variant=self.variant,
-                 k_unroll=self.k_unroll, fp8_mma=self.fp8_mma)
+                 k_unroll=self.k_unroll, fp8_mma=self.fp8_mma, fast_convert=self.fast_convert)
 
 
 def _fill(cfg, m: int, n: int, k: int, target: int) -> C:
@@ -79,6 +83,34 @@ LARGE_BLOCK = [C(64, 128, 128, 4, 4, promote_k=128), C(64, 128, 128, 4, 3, promo
                C(64, 128, 128, 4, 5, promote_k=128), C(128, 128, 128, 8, 3, promote_k=128),
                C(64, 128, 128, 4, 4, group_m=16, promote_k=128),
                C(64, 64, 128, 4, 4, promote_k=128), C(64, 128, 128, 4, 4, 2, promote_k=128)]
+# v3 (session 2). The grid of session 2 put the W8A16 MMA tiles at 0.84 of copy bandwidth at
+# M <= 16 (fast_convert no better) while XLA's own fused multiply-reduce of the dequantized
+# weight reached 1.02 at M=1: the gemv body now keeps 2-D accumulators (one K reduction at the
+# end). And M=64 / 256 ran at 0.56x / 0.26x bf16: swap-AB and wider tiles there.
+GEMV_V3 = [A(1, bn, bk, w, st, "gemv", per_sm=ps, fast_convert=fc)
+           for bn, bk, w, st, ps, fc in [
+               (16, 256, 4, 3, 4, False), (16, 256, 4, 3, 4, True), (8, 512, 4, 3, 4, False),
+               (32, 256, 4, 3, 4, False), (16, 512, 8, 3, 4, False), (16, 256, 4, 4, 8, False),
+               (32, 128, 4, 4, 8, False), (64, 128, 4, 3, 2, False), (16, 256, 4, 2, 2, False),
+               (8, 256, 2, 3, 8, False)]]
+MID_V3 = [A(64, 64, 256, 4, 4), A(64, 64, 256, 4, 4, fast_convert=True),
+          A(64, 128, 128, 4, 3), A(64, 64, 128, 4, 4, k_unroll=2),
+          A(64, 128, 128, 4, 3, "swap"), A(64, 128, 128, 8, 3, "swap"),
+          A(64, 128, 128, 4, 3, "swap", fast_convert=True), A(64, 64, 256, 4, 3, "swap"),
+          A(128, 128, 64, 8, 4, "swap"), A(128, 128, 128, 8, 3, "swap"),
+          A(64, 256, 64, 8, 3, "swap"), A(32, 64, 256, 4, 4)]
+SMALL_V3 = [A(16, 64, 128, 4, 3, k_unroll=4), A(16, 64, 128, 4, 3, k_unroll=4, fast_convert=True),
+            A(16, 128, 128, 4, 3, k_unroll=2), A(16, 64, 256, 4, 3, k_unroll=2, per_sm=4),
+            A(16, 128, 128, 4, 3, "swap", k_unroll=2), A(16, 64, 128, 4, 3, "swap", k_unroll=4),
+            A(16, 64, 128, 4, 4, k_unroll=2, per_sm=4)]
+# Block-scaled W8A16 at M=4096 ran at 0.23x bf16 with the per-channel tile (256x128x64: a scale
+# multiply per 64-wide K-step on a 256x128 accumulator): 128-wide K-steps and smaller tiles.
+LARGE_BLOCK_A16 = [C(256, 128, 64, 8, 3, variant="swap", fast_convert=True),
+                   C(256, 128, 128, 8, 2, variant="swap", fast_convert=True),
+                   C(128, 128, 128, 8, 3, variant="swap", fast_convert=True),
+                   C(128, 128, 128, 4, 3, variant="swap", fast_convert=True),
+                   C(64, 128, 128, 4, 3, variant="swap", fast_convert=True),
+                   C(128, 128, 128, 8, 3, fast_convert=True), C(128, 64, 128, 4, 3)]
 DECODE_BLOCK = [A(16, 64, 256, 4, 4), A(16, 64, 256, 4, 4, fp8_mma=False)]
 
 
@@ -106,8 +138,8 @@ def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):
         ops.append(bench.Op("xla_fp8", "fp8_per_tensor", "default", bench._xla_fp8))
     for m in ms:
         for cfg in cfgs:
-            if cfg.variant == "gemv" and m > 4:
-                continue
+            if (cfg.variant == "gemv" and m > 4) or (m <= 16) != (cfg.block_m <= 16):
+                continue  # gemv at M <= 4 only; 16-row tiles exactly at M <= 16
             ops.append(_op(fmt, _fill(cfg, m, n, k, target), m))
     return ops
 
@@ -162,6 +194,12 @@ def main(argv=None) -> int:
         go([("llama3-70b", 8192, 8192)], "fp8_ptpc", DECODE_W8A8, (1, 16), baselines=False,
            extra_fmts=("fp8_per_tensor",))
         go([("deepseek-v3", 7168, 24576)], "fp8_block", DECODE_BLOCK, (1, 16))
+    if "v3" in parts:
+        v3_shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
+                     ("llama3-8b", 4096, 28672)]
+        go(v3_shapes, "fp8_per_channel_a16", GEMV_V3 + SMALL_V3 + MID_V3, (1, 2, 4, 16, 64, 256))
+    if "block_a16" in parts:
+        go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
     if "large" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_per_channel_a16", LARGE_W8A16, (4096,))
         go([("llama3-70b", 8192, 8192)], "fp8_ptpc", LARGE_W8A8, (4096,), baselines=False,

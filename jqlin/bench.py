@@ -65,6 +65,8 @@ class Op:
     max_m: int | None = None  # skip larger M (slow reference paths)
     min_m: int | None = None
     config: dict | None = None  # recorded as is (explicit-config sweeps)
+    # From this M on, compiling the op autotunes XLA GEMMs on the device (None: never).
+    xla_gemm_min_m: int | None = None
 
     @property
     def label(self) -> str:
@@ -96,9 +98,9 @@ def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("def
     """bf16 + xla_fp8 baselines, then for each format its auto-chosen kernel (or `kernels`)."""
     ops: list[Op] = []
     if baselines:
-        ops.append(Op("bf16", None, "default", _bf16_dot))
+        ops.append(Op("bf16", None, "default", _bf16_dot, xla_gemm_min_m=0))
         if "fp8_per_tensor" in fmts:
-            ops.append(Op("xla_fp8", "fp8_per_tensor", "default", _xla_fp8))
+            ops.append(Op("xla_fp8", "fp8_per_tensor", "default", _xla_fp8, xla_gemm_min_m=0))
     for fmt in fmts:
         spec = formats.get(fmt)
         registry = dispatch.registered_kernels()
@@ -113,9 +115,14 @@ def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("def
                 if det and (not k.batch_invariant or (spec.activation is not None
                                                       and not spec.activation.row_local)):
                     continue
-                ops.append(Op(kname, fmt, mode, _kernel_op(kname, det)))
+                gemm_m = 0 if kname == "xla" else None
+                if not det:  # a kernel module may say from which M it runs an XLA dot instead
+                    mod = importlib.import_module(k.impl.__module__)
+                    gemm_m = getattr(mod, "XLA_GEMM_MIN_M", gemm_m)
+                ops.append(Op(kname, fmt, mode, _kernel_op(kname, det), xla_gemm_min_m=gemm_m))
         if xla_ref_max_m and "xla" not in names:
-            ops.append(Op("xla", fmt, "default", _kernel_op("xla", False), max_m=xla_ref_max_m))
+            ops.append(Op("xla", fmt, "default", _kernel_op("xla", False), max_m=xla_ref_max_m,
+                          xla_gemm_min_m=0))
     return ops
 
 
@@ -201,8 +208,9 @@ def measure_copy_bandwidth(nbytes: int = 1 << 30, buffers: int = 3, reps: int = 
     return 2.0 * nbytes * buffers / statistics.median(times)
 
 
-def _device_seconds(trace_dir: str) -> dict[str, float]:
-    """hlo_module name -> summed GPU kernel time (s) in the newest trace under trace_dir.
+def device_seconds(trace_dir: str, *, per_device: bool = False) -> dict:
+    """hlo_module name -> summed GPU kernel time (s) in the newest trace under trace_dir
+    (per_device: (device plane name, hlo_module) -> seconds).
 
     Kernel events of the device planes carry the XLA module that launched them; derived lines
     ("XLA Modules", "XLA Ops", "Steps") repeat the same time and are skipped."""
@@ -210,7 +218,7 @@ def _device_seconds(trace_dir: str) -> dict[str, float]:
     if not files:
         return {}
     data = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
-    total: dict[str, float] = collections.defaultdict(float)
+    total: dict = collections.defaultdict(float)
     for plane in data.planes:
         if not plane.name.startswith("/device:GPU"):
             continue
@@ -220,7 +228,8 @@ def _device_seconds(trace_dir: str) -> dict[str, float]:
             for ev in line.events:
                 for key, val in ev.stats:
                     if key == "hlo_module":
-                        total[str(val)] += ev.duration_ns * 1e-9
+                        total[(plane.name, str(val)) if per_device else str(val)] += (
+                            ev.duration_ns * 1e-9)
                         break
     return dict(total)
 
@@ -337,11 +346,16 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
                 wb = _nbytes(ws[0])
                 cases.append(_Case(op, m, _inner_count(m, n, k, wb), len(ws),
                                    name=f"bench_{len(result['records'])}_{len(cases)}"))
-        # Compile everything for this shape in parallel (XLA / Triton compiles release the GIL).
-        with futures.ThreadPoolExecutor(workers) as pool:
-            jobs = [pool.submit(_compile_case, c,
-                                jax.ShapeDtypeStruct((c.m, k), jnp.bfloat16),
-                                _abstract(weights[c.op.fmt if c.op.name != "bf16" else None][0]))
+        # Compile everything for this shape (XLA / Triton compiles release the GIL): cases that
+        # autotune XLA GEMMs one at a time (concurrent autotuning on one GPU timed out), beside
+        # a pool for the rest (Triton compiles use only the host).
+        def autotunes(c):
+            return c.op.xla_gemm_min_m is not None and c.m >= c.op.xla_gemm_min_m
+        with futures.ThreadPoolExecutor(1) as serial, \
+                futures.ThreadPoolExecutor(max(1, workers - 1)) as pool:
+            jobs = [(serial if autotunes(c) else pool).submit(
+                        _compile_case, c, jax.ShapeDtypeStruct((c.m, k), jnp.bfloat16),
+                        _abstract(weights[c.op.fmt if c.op.name != "bf16" else None][0]))
                     for c in cases]
             cases = [j.result() for j in jobs]
         t_compiled = time.perf_counter()
@@ -386,7 +400,7 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
         if trace_dir:
             jax.profiler.stop_trace()
             try:
-                device = _device_seconds(trace_dir)
+                device = device_seconds(trace_dir)
             except Exception as e:  # the wall-clock figures stand alone
                 log(f"device timing unavailable: {type(e).__name__}: {e}")
             shutil.rmtree(trace_dir, ignore_errors=True)

@@ -179,10 +179,16 @@ def _mma_body(*refs, p: _Static):
 
 
 def _gemv_body(*refs, p: _Static):
-    """No MMA: each of the M (<= 4) rows is a multiply-reduce against the weight tile."""
+    """No MMA, for M <= 4 rows: each row keeps a (block_n, block_k) float32 accumulator that
+    every K-step adds its elementwise products to; the K reduction across the tile runs once,
+    at the end. (v1 reduced each step's products across K at once: a cross-lane reduction per
+    row and step, which measured 51-148 us at M=1 8192^2 against 39.5 for the MMA tile.)
+
+    Order: per (n, k mod block_k) lane the K-steps add in order; then the lanes reduce in
+    Triton's fixed tree; then split-K partials left to right. A function of the config only."""
     it = iter(refs)
     x_ref = next(it)
-    xs_ref = next(it) if p.x_kind != "none" else None
+    next(it) if p.x_kind != "none" else None  # validate_config: weight-only activations
     w_ref, ws_ref = next(it), next(it)
     o_ref = next(it)
     cfg = p.cfg
@@ -192,7 +198,6 @@ def _gemv_body(*refs, p: _Static):
     n_lim = p.n if p.n % bn else None
     k_lim = p.k if p.k % (bk * cfg.k_unroll) else None  # some K-step runs past K
     step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
-
     sub, sbk = _sub_steps(p)
 
     def step(i, accs):
@@ -202,25 +207,29 @@ def _gemv_body(*refs, p: _Static):
             rk = k0 + jnp.arange(sbk, dtype=jnp.int32)
             loads.append((k0, rk, load2(w_ref, n0, bn, k0, sbk, mask2(rn, n_lim, rk, k_lim))))
         for k0, rk, w in loads:
+            if cfg.fast_convert:
+                w = e4m3_to_bf16(w, interpret=p.interpret)
             w = w.astype(F32)
             cs = None
-            if p.per_block:
-                _, cs = _scales(p, xs_ref, ws_ref, 0, n0, None, rn, lax.div(k0, SCALE_BLOCK))
+            if p.per_block:  # block_n divides 128: one scale for the whole tile
+                _, cs = _scales(p, None, ws_ref, 0, n0, None, rn, lax.div(k0, SCALE_BLOCK))
+            kmask = None if k_lim is None else (rk < k_lim)[None, :]
             new = []
             for r in range(p.m):
-                kmask = None if k_lim is None else (rk < k_lim)[None, :]
-                xr = load2(x_ref, r, 1, k0, sbk, kmask)
-                part = jnp.sum(w * xr.astype(F32), axis=1)
-                new.append(accs[r] + (part if cs is None else part * cs))
+                xr = load2(x_ref, r, 1, k0, sbk, kmask).astype(F32)
+                if cs is not None:
+                    xr = xr * cs  # (1, bk) products instead of (bn, bk)
+                new.append(accs[r] + w * xr)
             accs = tuple(new)
         return accs
 
-    accs = lax.fori_loop(0, p.steps_per_split, step,
-                         tuple(jnp.zeros((bn,), F32) for _ in range(p.m)))
-    _, cs = _scales(p, xs_ref, ws_ref, 0, n0, None, rn, None)
+    zero = jnp.zeros((bn, sbk), F32)
+    accs = lax.fori_loop(0, p.steps_per_split, step, tuple(zero for _ in range(p.m)))
+    _, cs = _scales(p, None, ws_ref, 0, n0, None, rn, None)
     row0 = pl.program_id(1) * p.m if cfg.split_k > 1 else 0
     for r in range(p.m):
-        acc = accs[r] if cs is None else accs[r] * cs
+        acc = jnp.sum(accs[r], axis=1)
+        acc = acc if cs is None else acc * cs
         view = o_ref.at[pl.ds(row0 + r, 1), pl.ds(n0, bn)]
         val = acc.astype(view.dtype)[None, :]
         if n_lim is None:

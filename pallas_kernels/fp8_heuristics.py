@@ -60,27 +60,39 @@ def _small_m(m: int, n: int, k: int, *, block_k: int, unroll: int, stages: int) 
     return MatmulConfig(bm, 64, bk, num_warps=4, num_stages=stages, split_k=split, k_unroll=u)
 
 
+def _swap_mid(m: int, n: int, k: int, *, target_per_sm: int) -> MatmulConfig:
+    """Weights as the 128-row MMA operand, 64 activation rows, integer-op e4m3 conversion."""
+    bk = k_block(k, 128)
+    tiles = (1 if m is None else cdiv(m, 64)) * cdiv(n, 128)
+    split = split_for(tiles, k, bk, target=target_per_sm * num_sms())
+    return MatmulConfig(64, 128, bk, num_warps=4, num_stages=3, split_k=split, variant="swap",
+                        fast_convert=True)
+
+
 def w8a16_heuristic(m: int | None, n: int, k: int, *, per_block: bool) -> MatmulConfig:
-    """Run 2 (H200, 8192^2): M=16 16x64x128 s3 k_unroll=4 35.6 us vs 38.8 for 16x64x256 s4;
-    M=4096 swap-AB 256x128x64 w8 s3 449 TFLOP/s vs 371 for the best non-swapped tile."""
-    del per_block
-    if m is None:  # batch-invariant: one config for every M (run 2: best at M=1 and 4096)
-        bk = k_block(k, 64)
-        split = split_for(cdiv(n, 128), k, bk, target=num_sms())
-        return MatmulConfig(64, 128, bk, num_warps=4, num_stages=4, split_k=split)
+    """Session-2 sweep v3 (H200; 8192^2, 4096^2, 4096x28672; benchmarks/NOTES.md):
+    M=1 gemv 1x16x256 w4 s4 at ~8 programs/SM 1.35-1.52x bf16 vs 1.21-1.56x for the 16-row MMA
+    tile (gemv loses from M=2 on); M=64 swap-AB 64x128x128 + fast_convert 1.17-1.24x vs
+    0.63-0.69x for run 1's 64x64x256; M=256 the same tile 0.52-0.63x vs 0.21-0.29x.
+    M=4096 (run 2): swap-AB 256x128x64 w8 s3 449 TFLOP/s vs 371 for the best non-swapped tile;
+    with fast_convert (session-2 grid, 8192x{8192,10240}) 0.69x bf16 vs 0.61x at M=4096."""
+    if m is None:  # batch-invariant: one config for every M (the M=17..256 tile, split by N, K)
+        return _swap_mid(None, n, k, target_per_sm=1)
+    if m == 1:
+        bk = k_block(k, 256)
+        split = split_for(cdiv(n, 16), k, bk, target=8 * num_sms())
+        return MatmulConfig(1, 16, bk, num_warps=4, num_stages=4, split_k=split, variant="gemv")
     if m <= 16:
         return _small_m(m, n, k, block_k=128, unroll=4, stages=3)
-    if m <= 64:
-        # Not k_unroll: 4 x (64x128 bf16 + 64x128 e4m3) per stage asked 272 KB of shared memory
-        # (run 3, M=64; limit 227 KB). This is run 1's config, GPU-tested at M=64.
-        return _small_m(m, n, k, block_k=256, unroll=1, stages=4)
     if m <= 256:
-        bk = k_block(k, 128)
-        split = split_for(cdiv(m, 64) * cdiv(n, 128), k, bk, target=num_sms())
-        return MatmulConfig(64, 128, bk, num_warps=4, num_stages=4, split_k=split)
+        return _swap_mid(m, n, k, target_per_sm=2)
+    if per_block:  # 128-wide K-steps: one block-scale multiply per step (sweep v3: 0.43x vs 0.25x)
+        return MatmulConfig(128, 128, k_block(k, 128), num_warps=8, num_stages=3, variant="swap",
+                            fast_convert=True)
     if m <= 512:
         return MatmulConfig(128, 128, k_block(k, 64), num_warps=8, num_stages=4, variant="swap")
-    return MatmulConfig(256, 128, k_block(k, 64), num_warps=8, num_stages=3, variant="swap")
+    return MatmulConfig(256, 128, k_block(k, 64), num_warps=8, num_stages=3, variant="swap",
+                        fast_convert=True)
 
 
 # fp8 x fp8 at M > 32: promote the MMA accumulator every 128 K (DeepSeek-V3's interval).

@@ -28,6 +28,7 @@ from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for, mxfp4_matmul,
                                        nvfp4_matmul, path_for, resolve_dequant_config)
 from pallas_kernels.mx_core import split_activation
+from pallas_kernels.mx_dense import DENSE_MIN_M
 from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
@@ -41,6 +42,8 @@ __all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "nvfp4_activat
            "nvfp4_post_scale"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
+# Default mode runs an XLA dot from this M on (read by jqlin.bench to compile such cases apart).
+XLA_GEMM_MIN_M = DENSE_MIN_M
 _E2M1, _E4M3, _E8M0 = ("float4_e2m1fn",), ("float8_e4m3fn",), ("float8_e8m0fnu",)
 _G = (Granularity.GROUP,)
 

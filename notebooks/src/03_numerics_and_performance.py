@@ -76,8 +76,8 @@ for det in (False, True):
 # %%
 records = []
 for path in sorted(glob.glob("benchmarks/results/h200_*.json")):
-    if "_run" in path:  # superseded runs kept for NOTES.md, not plotted
-        continue
+    if any(tag in path for tag in ("_run", "_before", "sweep")):
+        continue  # superseded runs and config sweeps kept for NOTES.md, not plotted
     data = json.load(open(path))
     if "records" not in data:
         continue

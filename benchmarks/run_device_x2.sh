@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One call on nvidia-h200-x2: the tensor-parallel check and benchmark on both GPUs, then two
+# lanes side by side, one per GPU (each lane: a list of steps, run in order, each time-boxed).
+# Logs and results land in $OUT (at most 8 files come back: keep the count low).
+#   TP=1 LANE0="tests" LANE1="grid:<shapes>:<m>" bash benchmarks/run_device_x2.sh
+# Steps: tests (all GPU-marked tests), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
+#        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py).
+set -u
+DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
+box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (device README)
+FP8_FORMATS=fp8_per_tensor_a16,fp8_per_channel_a16,fp8_block_a16,fp8_per_tensor,fp8_ptpc,fp8_block
+nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+if [[ ${TP:-0} == 1 ]]; then
+  { if [[ ${T_TPCHECK:-200} != 0 ]]; then  # T_TPCHECK=0: benchmark only
+      timeout "$(box ${T_TPCHECK:-200})" python3 tests/models/tp_check.py .fixtures 2
+      echo "tp_check rc=$?"; fi
+    timeout "$(box ${T_TPBENCH:-200})" python3 benchmarks/bench_tp.py ${TP_ARGS:-} --out "$OUT/h200x2_tp.json"
+    echo "bench_tp rc=$?"; } > "$OUT/tp.log" 2>&1
+  grep -E "^ok|ALL OK|rc=|Error|layers=" "$OUT/tp.log"
+fi
+lane() {  # lane <gpu> <steps...>
+  local gpu=$1; shift
+  for step in "$@"; do
+    IFS=: read -r what shapes ms <<< "$step"
+    echo "== gpu$gpu $step $(date +%T)"
+    case $what in
+      tests)
+        XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.1 \
+          CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_TESTS:-300})" python3 -m pytest -q -m gpu -n 8 \
+          -rf -p no:cacheprovider tests/kernels/test_pallas_fp8.py \
+          tests/kernels/test_pallas_fp4_gpu.py tests/test_dispatch.py 2>&1 | tail -40
+        echo "pytest rc=${PIPESTATUS[0]}";;
+      grid)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_GRID:-500})" python3 benchmarks/bench_matmul.py \
+          --formats $FP8_FORMATS --reps 3 --det-formats fp8_per_channel_a16,fp8_ptpc,fp8_block \
+          --fast-convert-variant fp8_per_channel_a16,fp8_block_a16 --shapes "$shapes" --m "$ms" \
+          ${GRID_EXTRA:-} --out "/tmp/grid$gpu" 2>&1 | grep -E "device:|cases:|Error|rror:" | head -40
+        echo "grid rc=${PIPESTATUS[0]}"; cp /tmp/grid$gpu/bench.jsonl "$OUT/grid_gpu$gpu.jsonl";;
+      fp4)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
+          --parts grid --reps 3 --shapes "$shapes" --m "$ms" --out "/tmp/fp4_$gpu" 2>&1 \
+          | grep -E "device:|cases:|Error|rror:" | head -40
+        echo "fp4 rc=${PIPESTATUS[0]}"; cp /tmp/fp4_$gpu/*.jsonl "$OUT/fp4_gpu$gpu.jsonl";;
+    esac
+  done
+}
+lane 0 ${LANE0:-} > "$OUT/lane0.log" 2>&1 &
+lane 1 ${LANE1:-} > "$OUT/lane1.log" 2>&1 &
+wait
+cat "$OUT/lane0.log" "$OUT/lane1.log" | grep -vE "Warning|warn" | cut -c1-300 | tail -80
+nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
