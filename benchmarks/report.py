@@ -105,8 +105,9 @@ def tp_section(path: pathlib.Path) -> list[str]:
            "extra layer at M=1 costs ~180 us on one GPU for ~0.22 GB, ~65 us of reading; host "
            "dispatch or per-kernel latency, which wall time cannot separate): they do not "
            "measure TP scaling. bench_tp.py now also records CUPTI device time (not yet run). "
-           "NOTES.md: the megatron program has 5 collective-permutes per layer, from splitting "
-           "the fused q/k/v and gate/up outputs, besides its 2 all-reduces.", "",
+           "NOTES.md: the megatron program of this run also had 5 collective-permutes per layer "
+           "(splitting the fused q/k/v and gate/up outputs), since removed by interleaving "
+           "the fused rows per shard (CPU-checked, not re-run here).", "",
            "| layers | M | 1 GPU us | 2 GPUs us | speedup | rel. diff vs 1 GPU |", "|---|---|---|---|---|---|"]
     for r in d["rows"]:
         out.append(f"| {r['layers']} | {r['m']} | {r['t1_us']:.0f} | {r['tn_us']:.0f} | "

@@ -4,6 +4,9 @@ Two layouts:
 - "megatron": q/k/v and gate/up column-parallel, o_proj and down_proj row-parallel (their
   float32 partial products are summed across devices). Fewer bytes move, but the K reduction
   of the row-parallel layers is split, so results differ from one device in the last bits.
+  Fused q/k/v and gate/up weights get their rows interleaved per shard first
+  (`FusedLinear.interleave_for`), so each device holds its own heads of q, k and v and the
+  split of the fused output stays on the device: two all-reduces per layer, nothing else.
 - "column": every quantized layer column-parallel. Each device computes whole output columns
   with the unsharded layer's arithmetic, so logits are bitwise those of one device; this is
   the layout for deterministic (batch-invariant) serving.
@@ -16,6 +19,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ..nn.fused import FusedLinear
 from ..nn.quantize_model import quant_layers
 
 __all__ = ["shard_model", "STYLES"]
@@ -37,6 +41,10 @@ def shard_model(model: nnx.Module, mesh: Mesh, axis: str = "tp", *, style: str =
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     if axis not in mesh.shape:
         raise ValueError(f"mesh has axes {tuple(mesh.shape)}; no axis {axis!r}")
+    if style == "megatron":  # fused q/k/v and gate/up: each device its own slice of every part
+        for _, node in nnx.iter_graph(model):
+            if isinstance(node, FusedLinear):
+                node.interleave_for(mesh.shape[axis])
     layout = {}
     for path, layer in quant_layers(model).items():
         mode = "row" if style == "megatron" and path.endswith(_ROW_PARALLEL) else "column"

@@ -29,6 +29,7 @@ class FusedLinear(nnx.Module):
         self.sizes = tuple(_out_features(name, layer) for name, layer in parts.items())
         self.parts = nnx.Dict(dict(parts))
         self.fused = nnx.data(None)  # a QuantDense once fused
+        self.shards = 1  # > 1: fused rows interleaved per shard (interleave_for)
 
     def fuse(self) -> bool:
         """Merge the parts into one QuantDense when they are all QuantDense with one spec and
@@ -46,14 +47,42 @@ class FusedLinear(nnx.Module):
         self.parts = None
         return True
 
+    def interleave_for(self, shards: int) -> bool:
+        """Reorder the fused weight's rows for a `shards`-way column-parallel split, so that each
+        device holds its slice of every part and the split into parts stays on the device
+        (otherwise the split moves data between devices: collective-permutes). Call before
+        sharding. Returns False, changing nothing, where the parts do not split evenly into
+        whole scale blocks; outputs are the same either way."""
+        from .sharding import interleave_parts
+        if self.fused is None or shards <= 1 or self.shards != 1:
+            return self.shards == shards
+        if self.fused.parallel is not None:
+            raise ValueError("FusedLinear.interleave_for: call it before sharding the layer")
+        try:
+            qw = interleave_parts(self.fused.qweight, self.sizes, shards)
+        except ValueError:
+            return False
+        if self.fused.bias is not None:
+            raise ValueError("FusedLinear.interleave_for: fused biases are not interleaved")
+        self.fused.set_qweight(qw)
+        self.shards = shards
+        return True
+
     def __call__(self, x: jax.Array, apply: Callable[[nnx.Module, jax.Array], jax.Array] | None = None
                  ) -> tuple[jax.Array, ...]:
         """`apply(layer, x)` runs one layer (default: `layer(x)`); lets a model pass options."""
         apply = apply or (lambda layer, v: layer(v))
         if self.fused is not None:
             y = apply(self.fused, x)
-            bounds = [sum(self.sizes[:i + 1]) for i in range(len(self.sizes) - 1)]
-            return tuple(jnp.split(y, bounds, axis=-1))
+            s = self.shards
+            local = [n // s for n in self.sizes]
+            bounds = [sum(local[:i + 1]) for i in range(len(local) - 1)]
+            if s == 1:
+                return tuple(jnp.split(y, bounds, axis=-1))
+            # rows are [part0_0 part1_0 .. | part0_1 part1_1 .. | ..]: split within each shard
+            y3 = y.reshape(*y.shape[:-1], s, sum(local))
+            return tuple(p.reshape(*y.shape[:-1], s * n)
+                         for p, n in zip(jnp.split(y3, bounds, axis=-1), local))
         return tuple(apply(self.parts[name], x) for name in self.names)
 
 

@@ -26,7 +26,8 @@ from ..dispatch import matmul
 from ..qweight import QuantizedWeight
 from ..spec import Granularity
 
-__all__ = ["TensorParallel", "weight_partition_specs", "shard_layer", "sharded_matmul"]
+__all__ = ["TensorParallel", "weight_partition_specs", "shard_layer", "sharded_matmul",
+           "interleave_parts"]
 
 MODES = ("column", "row")
 
@@ -115,6 +116,39 @@ def weight_partition_specs(qw: QuantizedWeight, mode: str, axis: str, n_shards: 
     specs.setdefault("global_scale", None)
     specs["input_scale"] = None if qw.input_scale is None else P()
     return specs
+
+
+def interleave_parts(qw: QuantizedWeight, sizes: tuple[int, ...], shards: int
+                     ) -> QuantizedWeight:
+    """The fused weight `qw` (parts of `sizes` rows, concatenated) with its rows reordered so that
+    shard s of a column-parallel split holds [part0_s | part1_s | ...]: each device then owns
+    its own slice of every part (its q, k and v heads), and splitting the output into parts
+    needs no data from other devices. Stored values are only moved. Raises ValueError where a
+    part's rows do not split whole (into shards, and into scale blocks) or rows are padded."""
+    wk = qw.spec.weight
+    if qw.layout != "nk" or qw.segments or qw.storage_shape[0] != qw.shape[0]:
+        raise ValueError("interleave_parts: needs an unpadded (N, K) weight without row segments")
+    if sum(sizes) != qw.shape[0]:
+        raise ValueError(f"interleave_parts: parts of {sizes} rows, weight has {qw.shape[0]}")
+    block = wk.block[0] if wk.granularity is Granularity.BLOCK else 1
+    for size in sizes:
+        if size % (shards * block):
+            raise ValueError(f"interleave_parts: a part of {size} rows does not split into "
+                             f"{shards} shards of whole {block}-row scale blocks")
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    rows = jnp.concatenate([
+        jnp.arange(off + s * (size // shards), off + (s + 1) * (size // shards))
+        for s in range(shards) for off, size in zip(offsets, sizes)])
+    scale = qw.scale
+    if wk.granularity is Granularity.BLOCK:
+        scale = scale[rows[::block] // block]
+    elif wk.granularity is not Granularity.TENSOR:
+        scale = scale[rows]
+    gscale = qw.global_scale
+    if gscale is not None and jnp.ndim(gscale) == 1:
+        gscale = gscale[rows]
+    return QuantizedWeight(qw.data[rows], scale, gscale, qw.input_scale, qw.spec, qw.shape,
+                           qw.segments, qw.layout)
 
 
 def shard_layer(layer, mesh: Mesh, mode: str, axis: str, *, batch_axis: str | None = None,

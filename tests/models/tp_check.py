@@ -1,7 +1,9 @@
 """Run by test_parallel.py (CPU, 8 host devices) and by benchmarks/bench_tp.py's check on GPUs:
 a Llama loaded from a quantized checkpoint, tensor-parallel vs one device."""
 
+import collections
 import os
+import re
 import sys
 
 import jax
@@ -38,6 +40,38 @@ def check(fixture: str, style: str, n: int) -> None:
           f"det_bitwise={np.array_equal(det, det_ref)} tokens_equal={np.array_equal(toks, toks_ref)}")
 
 
+def check_collectives(fmt: str, n: int) -> None:
+    """Megatron layout of a random Llama: per layer exactly the two all-reduces of o_proj and
+    down_proj (fused q/k/v and gate/up interleaved per shard, so splitting their outputs moves
+    nothing), and logits close to one device."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import jqlin
+    from jqlin.models.llama import Llama, LlamaConfig
+    cfg = LlamaConfig(num_hidden_layers=2, vocab_size=256, hidden_size=512, intermediate_size=512,
+                      num_attention_heads=8, num_key_value_heads=4, head_dim=64)
+    models = []
+    for _ in range(2):
+        m = Llama(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
+        jqlin.quantize_model(m, [("lm_head", None), ("*", fmt)])
+        models.append(m)
+    base, model = models
+    mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
+    shard_model(model, mesh, "tp", style="megatron")
+    ids = np.arange(3, 10, dtype=np.int32)[None, :]
+    graphdef, state = nnx.split(model)
+    hlo = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).lower(state, ids).compile().as_text()
+    ops = collections.Counter(re.findall(
+        r"= \S+ (all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter)(?:-start)?\(",
+        hlo))
+    assert ops == {"all-reduce": 2 * cfg.num_hidden_layers}, f"{fmt}: collectives {dict(ops)}"
+    ref, out = np.asarray(base(ids)), np.asarray(model(ids))
+    rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+    assert rel < 1e-3, f"{fmt}: megatron rel {rel}"  # CPU: 1.8e-4 (fp8_block), 0 (mxfp8)
+    print(f"ok collectives {fmt} devices={n} {dict(ops)} rel={rel:.1e}")
+
+
 if __name__ == "__main__":
     fixtures = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else len(jax.devices())
@@ -45,4 +79,6 @@ if __name__ == "__main__":
     check(os.path.join(fixtures, "ct_mxfp8"), "megatron", n)
     check(os.path.join(fixtures, "ct_mxfp8"), "column", n)
     check(os.path.join(fixtures, "modelopt_nvfp4"), "column", n)
+    check_collectives("fp8_block", n)
+    check_collectives("mxfp8", n)
     print("ALL OK")

@@ -163,6 +163,32 @@ def test_fuse_keeps_every_part_and_fused_linear_splits(rng):
                          QuantDense.from_linear(lins[2], "mxfp8")])
 
 
+@pytest.mark.parametrize("fmt", ["fp8_block", "mxfp8", "nvfp4_a16", "fp8_per_tensor_a16"])
+def test_interleave_for_shards_keeps_every_output_bitwise(rng, fmt):
+    # q/k/v rows interleaved for a 2-way column split: each part's output is the same, bitwise
+    from jqlin.nn.sharding import interleave_parts
+    lins = [_linear(rng, 256, n, bias=False) for n in (512, 256, 256)]
+    parts = [QuantDense.from_linear(l, fmt, deterministic=True) for l in lins]
+    fl = FusedLinear({"q": parts[0], "k": parts[1], "v": parts[2]})
+    assert fl.fuse()
+    x = _x(rng, 3, 256)
+    before = [np.asarray(o) for o in fl(x)]
+    stored = fl.fused.qweight
+    assert fl.interleave_for(2) and fl.shards == 2
+    moved = fl.fused.qweight
+    # shard 1 starts with q's second half, in the stored codes themselves
+    np.testing.assert_array_equal(np.asarray(moved.data[512]).view(np.uint8),
+                                  np.asarray(stored.data[256]).view(np.uint8))
+    for a, b in zip(fl(x), before):
+        np.testing.assert_array_equal(np.asarray(a), b)
+    # a part that does not split into whole 128-row blocks: nothing changes, clear error below
+    blk = FusedLinear({"q": QuantDense.from_linear(_linear(rng, 256, 256, bias=False), "fp8_block"),
+                       "k": QuantDense.from_linear(_linear(rng, 256, 128, bias=False), "fp8_block")})
+    assert blk.fuse() and not blk.interleave_for(2) and blk.shards == 1
+    with pytest.raises(ValueError, match="128-row scale blocks"):
+        interleave_parts(blk.fused.qweight, blk.sizes, 2)
+
+
 def test_explain_and_set_qweight(rng):
     qd = QuantDense.from_linear(_linear(rng, 64, 32), "fp8_ptpc")
     ex = qd.explain((7, 64))
