@@ -53,7 +53,7 @@ class FusedLinear(nnx.Module):
         (otherwise the split moves data between devices: collective-permutes). Call before
         sharding. Returns False, changing nothing, where the parts do not split evenly into
         whole scale blocks; outputs are the same either way."""
-        from .sharding import interleave_parts
+        from .sharding import interleave_parts, interleaved_rows
         if self.fused is None or shards <= 1 or self.shards != 1:
             return self.shards == shards
         if self.fused.parallel is not None:
@@ -62,9 +62,10 @@ class FusedLinear(nnx.Module):
             qw = interleave_parts(self.fused.qweight, self.sizes, shards)
         except ValueError:
             return False
-        if self.fused.bias is not None:
-            raise ValueError("FusedLinear.interleave_for: fused biases are not interleaved")
         self.fused.set_qweight(qw)
+        if self.fused.bias is not None:  # added to the output in stored-row order: move it too
+            bias = self.fused.bias.get_value()
+            self.fused.bias.set_value(bias[interleaved_rows(self.sizes, shards)])
         self.shards = shards
         return True
 

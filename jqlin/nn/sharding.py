@@ -27,7 +27,7 @@ from ..qweight import QuantizedWeight
 from ..spec import Granularity
 
 __all__ = ["TensorParallel", "weight_partition_specs", "shard_layer", "sharded_matmul",
-           "interleave_parts"]
+           "interleave_parts", "interleaved_rows"]
 
 MODES = ("column", "row")
 
@@ -118,6 +118,14 @@ def weight_partition_specs(qw: QuantizedWeight, mode: str, axis: str, n_shards: 
     return specs
 
 
+def interleaved_rows(sizes: tuple[int, ...], shards: int) -> jax.Array:
+    """Row order [part0_0 part1_0 .. | part0_1 part1_1 .. | ..] of parts of `sizes` rows."""
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    return jnp.concatenate([
+        jnp.arange(off + s * (size // shards), off + (s + 1) * (size // shards))
+        for s in range(shards) for off, size in zip(offsets, sizes)])
+
+
 def interleave_parts(qw: QuantizedWeight, sizes: tuple[int, ...], shards: int
                      ) -> QuantizedWeight:
     """The fused weight `qw` (parts of `sizes` rows, concatenated) with its rows reordered so that
@@ -135,10 +143,7 @@ def interleave_parts(qw: QuantizedWeight, sizes: tuple[int, ...], shards: int
         if size % (shards * block):
             raise ValueError(f"interleave_parts: a part of {size} rows does not split into "
                              f"{shards} shards of whole {block}-row scale blocks")
-    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-    rows = jnp.concatenate([
-        jnp.arange(off + s * (size // shards), off + (s + 1) * (size // shards))
-        for s in range(shards) for off, size in zip(offsets, sizes)])
+    rows = interleaved_rows(sizes, shards)
     scale = qw.scale
     if wk.granularity is Granularity.BLOCK:
         scale = scale[rows[::block] // block]

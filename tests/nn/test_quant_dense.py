@@ -167,7 +167,7 @@ def test_fuse_keeps_every_part_and_fused_linear_splits(rng):
 def test_interleave_for_shards_keeps_every_output_bitwise(rng, fmt):
     # q/k/v rows interleaved for a 2-way column split: each part's output is the same, bitwise
     from jqlin.nn.sharding import interleave_parts
-    lins = [_linear(rng, 256, n, bias=False) for n in (512, 256, 256)]
+    lins = [_linear(rng, 256, n, bias=n == 256) for n in (512, 256, 256)]  # q without bias
     parts = [QuantDense.from_linear(l, fmt, deterministic=True) for l in lins]
     fl = FusedLinear({"q": parts[0], "k": parts[1], "v": parts[2]})
     assert fl.fuse()
