@@ -111,6 +111,18 @@ LARGE_BLOCK_A16 = [C(256, 128, 64, 8, 3, variant="swap", fast_convert=True),
                    C(128, 128, 128, 4, 3, variant="swap", fast_convert=True),
                    C(64, 128, 128, 4, 3, variant="swap", fast_convert=True),
                    C(128, 128, 128, 8, 3, fast_convert=True), C(128, 64, 128, 4, 3)]
+# v4 (prepared in session 2, not run). SASS of the gemv body (Triton 3.6, sm_90, 4 warps, no
+# cp.async: its loads are not software-pipelined) shows bytes in flight set by registers:
+# 1x16x256 k_unroll=1 uses 56 regs at M=1 (9 programs/SM x 4 KB = 36 KB: measured ~1.0 BW),
+# 103 at M=2 (4 x 4 KB = 16 KB: measured ~0.5), 173 at M=4 (2 x 4 KB: ~0.25). k_unroll hoists
+# the next tiles' loads: M=2 u2 105 regs (4 x 8 KB = 32 KB), M=2 8x256 u4 80 regs (6 x 8 KB),
+# M=1 u2 72 regs (7 x 8 KB), M=1 u4 92 (5 x 16 KB), M=4 8x256 u4 128 regs (4 x 8 KB).
+# Prediction: M=2 ~0.9-1.0 BW (~1.4x bf16), M=4 ~0.8 (FFMA-bound near 4/weight), M=1 small-N
+# shapes +10-20% from the extra bytes in flight.
+GEMV_V4 = [A(1, 16, 256, 4, 1, "gemv", k_unroll=u, per_sm=ps) for u, ps in
+           [(1, 8), (2, 8), (4, 8), (2, 16)]] + \
+          [A(1, 8, 256, 4, 1, "gemv", k_unroll=4, per_sm=8),
+           A(1, 8, 256, 4, 1, "gemv", k_unroll=2, per_sm=16)]
 DECODE_BLOCK = [A(16, 64, 256, 4, 4), A(16, 64, 256, 4, 4, fp8_mma=False)]
 
 
@@ -198,6 +210,11 @@ def main(argv=None) -> int:
         v3_shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
                      ("llama3-8b", 4096, 28672)]
         go(v3_shapes, "fp8_per_channel_a16", GEMV_V3 + SMALL_V3 + MID_V3, (1, 2, 4, 16, 64, 256))
+    if "v4" in parts:
+        v4_shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
+                     ("llama3-8b", 4096, 28672), ("deepseek-v3", 18432, 7168)]
+        go(v4_shapes, "fp8_per_channel_a16", GEMV_V4 + SMALL_V3[:1], (1, 2, 4))
+        go([("deepseek-v3", 7168, 24576)], "fp8_block_a16", GEMV_V4 + SMALL_V3[:1], (1, 2))
     if "block_a16" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
     if "large" in parts:
