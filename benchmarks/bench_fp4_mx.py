@@ -81,6 +81,13 @@ def decode_ops(k: int, n: int) -> list[bench.Op]:
         ops.append(_variant("nvfp4_a16", "run1-cfg", m=m, config=cfg))
         cfg = _decode_cfg(C(16, 64, 256, num_warps=4, num_stages=3, variant="swap"), m, n, k, 8)
         ops.append(_variant("nvfp4_a16", "8-per-SM", m=m, config=cfg))
+    # No-MMA gemv at M=1 (session 2, not yet timed). SASS (sm_90): 1x8x512 55 regs, 7.5
+    # instructions per NVFP4 weight; 1x16x256 72 regs, 9.3. Prediction: 2.0-2.5x bf16 on the
+    # large shapes (issue-bound near 4.4 T weights/s), vs 1.26x geomean for the MMA tile.
+    for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"):
+        for bn, bk in ((8, 512), (16, 256)):
+            cfg = _decode_cfg(C(1, bn, bk, num_warps=4, num_stages=1, variant="gemv"), 1, n, k, 8)
+            ops.append(_variant(fmt, f"gemv{bn}x{bk}", m=1, config=cfg))
     return ops
 
 

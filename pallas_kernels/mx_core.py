@@ -18,7 +18,7 @@ never silently rounds a wider activation.
 
 The weight is stored (N, K) row-major (packed (N, K/2) bytes for e2m1). The "swap" variant
 makes the decoded weight tile the MMA's A operand (it stays in registers) and x^T the B
-operand; "mma" puts x first. Every operand read is masked where a tile can run off the edge
+operand; "mma" puts x first; "gemv" (M <= 4) runs no MMA (see _gemv_body). Every operand read is masked where a tile can run off the edge
 of M or N (the Triton backend does not mask block reads); K is never masked: K is a multiple
 of block_k by construction (storage is padded to whole groups and block_k divides K).
 
@@ -188,6 +188,58 @@ def _body(*refs, p: _Static):
     store_tile(o_ref, t, acc, p.m, cfg.split_k)
 
 
+def _gemv_body(*refs, p: _Static):
+    """No MMA, for M <= 4 rows (variant "gemv"): each row keeps a float32 accumulator of the
+    decoded tile's shape and adds the elementwise products of every K-step; the reduction
+    across the tile runs once at the end (as fp8_core's gemv). The decoded weight tile is the
+    same exact bf16 tile the MMA variants use. Order: per tile lane the K-steps in order, then
+    Triton's fixed lane tree, then split-K partials left to right -- a function of the config,
+    different from the MMA variants' (so never a deterministic-mode config)."""
+    x_refs = refs[: p.n_parts]
+    w_ref, s_ref = refs[p.n_parts], refs[p.n_parts + 1]
+    c_ref = refs[p.n_parts + 2] if p.post != "none" else None
+    o_ref = refs[-1]
+    cfg = p.cfg
+    bn, bk = cfg.block_n, cfg.block_k
+    n0 = pl.program_id(0) * bn
+    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
+    n_lim = p.n if p.n % bn else None
+    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
+    split = p.elem == "e2m1" and p.fp4_layout == "split"
+    width = bk // 2 if split else bk
+
+    def step(i, accs):
+        k0 = (step0 + i) * bk
+        if split:  # (low, high) nibble tiles meet the (even, odd) activation columns
+            tiles = [t.astype(F32) for t in _decode_split(p, w_ref, s_ref, n0, rn, k0)]
+            kx = lax.div(k0, 2)
+        else:
+            tiles = [_decode_tile(p, w_ref, s_ref, n0, rn, k0).astype(F32)]
+            kx = k0
+        new = []
+        for r in range(p.m):
+            acc = accs[r]
+            for j, x_ref in enumerate(x_refs):  # fixed part order, as in _body
+                xr = load2(x_ref, r, 1, kx, width, None).astype(F32)
+                acc = acc + tiles[j % len(tiles)] * xr
+            new.append(acc)
+        return tuple(new)
+
+    zero = jnp.zeros((bn, width), F32)
+    accs = lax.fori_loop(0, p.steps_per_split, step, tuple(zero for _ in range(p.m)))
+    row0 = pl.program_id(1) * p.m if cfg.split_k > 1 else 0
+    for r in range(p.m):
+        acc = jnp.sum(accs[r], axis=1)[None, :]
+        if cfg.split_k == 1:
+            acc = _post(p, acc, c_ref, n0, rn, n_lim)
+        view = o_ref.at[pl.ds(row0 + r, 1), pl.ds(n0, bn)]
+        val = acc.astype(view.dtype)
+        if n_lim is None:
+            view[...] = val
+        else:
+            pltriton.store(view, val, mask=(rn < n_lim)[None, :])
+
+
 def _acc_shift(p: _Static) -> float:
     """Power of two the decoded weights were scaled by (given back on the accumulator)."""
     if p.elem != "e2m1":
@@ -226,13 +278,14 @@ def _check(name, arr, shape, dtypes):
         raise ValueError(f"{name} has dtype {arr.dtype}, expected one of {list(dtypes)}")
 
 
-def validate_config(cfg: MatmulConfig, *, k: int, group: int, split_nibbles: bool = False) -> int:
+def validate_config(cfg: MatmulConfig, *, k: int, group: int, split_nibbles: bool = False,
+                    m: int | None = None) -> int:
     """Checks a config against the problem; returns the K-steps per split."""
     if split_nibbles and cfg.block_k < 32:
         raise ValueError(f"the split e2m1 layout needs block_k >= 32 (two MMAs of K/2 >= 16), "
                          f"got {cfg.block_k}")
-    if cfg.variant not in ("mma", "swap"):
-        raise ValueError(f"group-scaled kernels run the 'mma' or 'swap' variant, got {cfg.variant!r}")
+    if cfg.variant == "gemv" and m is not None and m > 4:
+        raise ValueError(f"the gemv variant serves M <= 4 rows, got M={m}")
     if cfg.block_k % group or cfg.block_k < group:
         raise ValueError(f"block_k={cfg.block_k} must be a multiple of the scale group {group}")
     if k % cfg.block_k:
@@ -301,7 +354,7 @@ def mx_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.A
     if path != "pallas":
         raise ValueError(f"path must be 'pallas' or 'dense', got {path!r}")
     split_nibbles = elem == "e2m1" and fp4_layout == "split"
-    sps = validate_config(config, k=k, group=group, split_nibbles=split_nibbles)
+    sps = validate_config(config, k=k, group=group, split_nibbles=split_nibbles, m=m)
     out_dtype = jnp.dtype(out_dtype)
     if split_nibbles:  # even / odd activation columns meet the low / high nibbles
         x_parts = [h for xp in x_parts for h in (xp[:, 0::2], xp[:, 1::2])]
@@ -310,8 +363,10 @@ def mx_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.A
 
     cfg = config
     operands = x_parts + [w, w_scale] + ([col_scale] if col_scale is not None else [])
-    return launch_split_k(functools.partial(_body, p=p), operands, m=m, n=n,
-                          tiles=cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split_k=cfg.split_k,
+    gemv = cfg.variant == "gemv"
+    tiles = cdiv(n, cfg.block_n) * (1 if gemv else cdiv(m, cfg.block_m))
+    return launch_split_k(functools.partial(_gemv_body if gemv else _body, p=p), operands, m=m,
+                          n=n, tiles=tiles, split_k=cfg.split_k,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                           out_dtype=out_dtype, poison=poison, interpret=interpret, name=name,
                           finish=lambda total: _post_xla(p, total, col_scale))

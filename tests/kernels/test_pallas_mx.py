@@ -81,6 +81,32 @@ def test_mxfp4_and_mxfp8_weight_only_poisoned(rng, cfg):
         assert _rel(y, _reference([x], qw)) < 1e-6, fmt
 
 
+@pytest.mark.parametrize("m,cfg", [(1, C(1, 16, 64, variant="gemv")),
+                                   (3, C(1, 32, 128, split_k=2, variant="gemv"))],
+                         ids=["M1-16x64", "M3-32x128-split2"])
+@pytest.mark.parametrize("layout", ["split", "interleave"])
+def test_gemv_variant_poisoned(rng, m, cfg, layout):
+    # No MMA: NVFP4 with f32 activations (3 exact bf16 parts) and a per-row divisor; MXFP4 and
+    # MXFP8 weight-only with bf16 activations. N=40: a partial last tile for both block_n.
+    qw = _weight(rng, "nvfp4_a16")
+    x = jnp.asarray(rng.standard_normal((m, K)), jnp.float32)
+    parts = split_activation(x)
+    col = jnp.asarray(rng.uniform(0.5, 4.0, (N,)), jnp.float32)
+    y = jax.jit(lambda p, c: nvfp4_matmul(p, qw.data, qw.scale, c, post="div",
+                                          out_dtype=jnp.float32, config=cfg, fp4_layout=layout,
+                                          interpret=True, poison=True))(parts, col)
+    assert _rel(y, _reference(parts, qw, "div", col)) < 1e-6
+    xb = x.astype(jnp.bfloat16)
+    for fmt, fn in (("mxfp4_a16", mxfp4_matmul), ("mxfp8_a16", mxfp8_matmul)):
+        qw = _weight(rng, fmt)
+        y = jax.jit(lambda x: fn([x], qw.data, qw.scale, out_dtype=jnp.float32, config=cfg,
+                                 interpret=True, poison=True))(xb)
+        assert _rel(y, _reference([xb], qw)) < 1e-6, fmt
+    with pytest.raises(ValueError, match="gemv variant serves M <= 4"):
+        mxfp8_matmul([jnp.ones((5, K), jnp.bfloat16)], qw.data, qw.scale,
+                     out_dtype=jnp.float32, config=cfg, interpret=True)
+
+
 @pytest.mark.parametrize("variant,cfg", [("bf16", C(16, 32, 64, split_k=2, variant="swap")),
                                          ("fp8mma", C(16, 32, 64, split_k=2)),
                                          ("fp8mma", C(32, 16, 128))])
