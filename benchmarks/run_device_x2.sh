@@ -4,7 +4,8 @@
 # Logs and results land in $OUT (at most 8 files come back: keep the count low).
 #   TP=1 LANE0="tests" LANE1="grid:<shapes>:<m>" bash benchmarks/run_device_x2.sh
 # Steps: tests (all GPU-marked tests), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
-#        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py).
+#        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py), sweep:<parts> (sweep_fp8.py,
+#        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
@@ -43,6 +44,15 @@ lane() {  # lane <gpu> <steps...>
           --parts grid --reps 3 --shapes "$shapes" --m "$ms" --out "/tmp/fp4_$gpu" 2>&1 \
           | grep -E "device:|cases:|Error|rror:" | head -40
         echo "fp4 rc=${PIPESTATUS[0]}"; cp /tmp/fp4_$gpu/*.jsonl "$OUT/fp4_gpu$gpu.jsonl";;
+      sweep)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_SWEEP:-300})" python3 benchmarks/sweep_fp8.py \
+          --parts "$shapes" --out "$OUT/sweep_gpu$gpu.json" > "/tmp/sweep$gpu.log" 2>&1
+        echo "sweep rc=$?"; python3 benchmarks/sweep_fp8.py --summary "$OUT/sweep_gpu$gpu.json";;
+      fp4parts)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
+          --parts "$shapes" --reps 3 --out "/tmp/fp4p_$gpu" > "/tmp/fp4p$gpu.log" 2>&1
+        echo "fp4parts rc=$?"; cp /tmp/fp4p_$gpu/*.jsonl "$OUT/fp4parts_gpu$gpu.jsonl"
+        grep -E "var\[gemv|ERROR" "/tmp/fp4p$gpu.log" | head -60;;
     esac
   done
 }
