@@ -32,10 +32,10 @@ def shard_model(model: nnx.Module, mesh: Mesh, axis: str = "tp", *, style: str =
                 ) -> dict[str, str]:
     """Place `model`'s quantized layers tensor-parallel over `mesh` axis `axis`, in place.
 
-    Returns {layer path: "column" | "row"}. A layer that cannot be split as the style asks
-    (a scale block or activation group cut by a shard boundary, or a row-parallel layer whose
-    activation scale spans the whole row) raises ValueError naming it; choose style="column"
-    or another mesh size then.
+    Returns {layer path: "column" | "row"}. A layer that cannot be split as the style asks (a
+    scale block or activation group cut by a shard boundary) raises ValueError naming it;
+    choose style="column" or another mesh size then. Per-token activation scales of
+    row-parallel layers take their amax across the devices (jqlin.nn.sharding).
     """
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")

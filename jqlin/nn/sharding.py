@@ -7,9 +7,10 @@ are those of the unsharded layer. Row parallel splits the input features K: ever
 multiplies its K-slice and the partial products are summed (`psum`, in float32).
 
 A shard boundary may never cut a scale tile: block rows (column) or block/group columns (row)
-must be whole on each device, and row parallel cannot serve activation scales that span the
-whole row (per-token or dynamic per-tensor): each device would compute its own scale, silently
-changing the numerics. Both are errors naming the tensor and the sizes.
+must be whole on each device; an error names the tensor and the sizes. Dynamic activation
+scales that span the whole row (per-token, per-tensor) or every row (per-tensor, when tokens
+are split over `batch_axis`) take their amax across the devices holding the parts
+(`numerics.tiling.sharded_amax`): every device quantizes with the unsharded scale.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..dispatch import matmul
+from ..numerics.tiling import sharded_amax
 from ..qweight import QuantizedWeight
 from ..spec import Granularity
 
@@ -99,12 +101,6 @@ def weight_partition_specs(qw: QuantizedWeight, mode: str, axis: str, n_shards: 
             raise ValueError(f"row parallel: {local} columns per device split a packed e2m1 byte")
         act = None if weight_only else qw.spec.activation
         if act is not None:
-            if act.granularity is Granularity.TOKEN or (
-                    act.granularity is Granularity.TENSOR and act.dynamic):
-                raise ValueError(
-                    f"row parallel: the activation scale [{act.describe()}] spans the whole row "
-                    "of in_features; each device would compute its own scale and change the "
-                    "numerics. Use column parallel (or weight_only=True)")
             if act.k_tile and local % act.k_tile:
                 raise ValueError(
                     f"row parallel: a shard boundary would split an activation scale group of "
@@ -212,7 +208,8 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
 
     if tp.mode == "column":
         def body(xl, *parts):
-            return matmul(xl, local_weight(parts, (rows // tp.size, k)), **opts)
+            with sharded_amax(batch, None):  # tokens split over batch: per-tensor amax joins
+                return matmul(xl, local_weight(parts, (rows // tp.size, k)), **opts)
 
         mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, None), *specs),
                                out_specs=P(batch, tp.axis), check_vma=False)
@@ -226,7 +223,8 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
             return logical.trim_rows(_put(y, tp.mesh, P(batch, None)))
     else:
         def body(xl, *parts):
-            yl = matmul(xl, local_weight(parts, (rows, cols // tp.size)), **opts)
+            with sharded_amax(batch, tp.axis):  # K split: row-spanning amaxes join across it
+                yl = matmul(xl, local_weight(parts, (rows, cols // tp.size)), **opts)
             return jax.lax.psum(yl, tp.axis)
 
         mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, tp.axis), *specs),

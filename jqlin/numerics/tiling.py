@@ -6,10 +6,27 @@ The scale array's shape is the tiling (as in qwix's QArray): (1,1) tensor, (N,1)
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import jax
 import jax.numpy as jnp
 
 from ..spec import Granularity, QuantKey
+
+# Mesh axes (rows_axis, cols_axis) splitting the operand whose amax is taken, inside shard_map
+# (jqlin.nn.sharding): a tile that spans every row (per-tensor) or every column (per-tensor,
+# per-token) of the global operand reduces its amax across them, so a sharded quantizer picks
+# the unsharded scale. A jit-cache-sensitive context: a kernel traced under it is another
+# program, never a cache hit of the unsharded one.
+_SHARDED_AMAX = jax.make_user_context(default_value=None)
+
+
+@contextlib.contextmanager
+def sharded_amax(rows_axis: str | None, cols_axis: str | None) -> Iterator[None]:
+    """Within: row- / column-spanning tile amaxes are `pmax`ed over these mesh axes."""
+    with _SHARDED_AMAX((rows_axis, cols_axis)):
+        yield
 
 
 def tile_shape(key: QuantKey, rows: int, cols: int) -> tuple[int, int]:
@@ -29,7 +46,16 @@ def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
     rows, cols = x.shape
     tr, tc = tile_shape(key, rows, cols)
     t = jnp.abs(x).reshape(rows // tr, tr, cols // tc, tc)
-    return jnp.max(t, axis=(1, 3))
+    amax = jnp.max(t, axis=(1, 3))
+    axes = _SHARDED_AMAX.value
+    if axes is not None:  # max is exact: the same value in any order, on any device
+        rows_axis, cols_axis = axes
+        g = key.granularity
+        spans = ([rows_axis, cols_axis] if g is Granularity.TENSOR
+                 else [cols_axis] if g in (Granularity.TOKEN, Granularity.CHANNEL) else [])
+        for axis in filter(None, spans):
+            amax = jax.lax.pmax(amax, axis)
+    return amax
 
 
 def expand(scale: jax.Array, rows: int, cols: int) -> jax.Array:

@@ -71,15 +71,26 @@ x = jnp.asarray(rng.standard_normal((2, 3, 512)) * 2, jnp.float32)  # 6 rows: sp
 for fmt in ["fp8_block", "fp8_ptpc", "fp8_per_tensor", "nvfp4", "mxfp8", "mxfp4_a16"]:
     qd = layer(fmt, 512, 512, x)
     check(f"{fmt} column", qd, x, "column")
-    if fmt == "fp8_ptpc":  # per-token scales span all of K: row parallel would change them
-        expect_error("fp8_ptpc row", lambda: nnx.clone(qd).shard(mesh, "row", "model"),
-                     "spans the whole row")
+    # per-token scales span all of K: in row parallel their amax is joined across devices
+    check(f"{fmt} row", qd, x, "row")
+    if fmt == "fp8_ptpc":
         check(f"{fmt} row weight_only", qd, x, "row", weight_only=True)
-    else:
-        check(f"{fmt} row", qd, x, "row")
     if fmt in ("fp8_block", "nvfp4"):
         check(f"{fmt} column deterministic", qd, x, "column", deterministic=True)
         check(f"{fmt} row deterministic", qd, x, "row", deterministic=True)
+
+# dynamic per-tensor activations: one amax over every row and column, however x is split
+import dataclasses  # noqa: E402
+from jqlin.spec import Granularity  # noqa: E402
+ptpc = jqlin.formats.get("fp8_ptpc")
+per_tensor = dataclasses.replace(ptpc, activation=dataclasses.replace(
+    ptpc.activation, granularity=Granularity.TENSOR))
+dyn = QuantDense.from_quantized(jqlin.quantize(jnp.asarray(weight(512, 512), jnp.float32),
+                                               per_tensor))
+x_skew = x.at[0, 0, 7].set(40.0)  # the tensor amax lives on one device's rows and columns
+check("fp8 dynamic per-tensor column (rows split)", dyn, x_skew, "column")
+check("fp8 dynamic per-tensor row", dyn, x_skew, "row")
+check("fp8_ptpc row, skewed rows", layer("fp8_ptpc", 512, 512, x), x_skew, "row")
 
 # bf16 activations, odd K handled by padding inside the row-parallel path
 xb = jnp.asarray(rng.standard_normal((4, 512)), jnp.bfloat16)
