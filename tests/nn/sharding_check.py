@@ -91,6 +91,14 @@ x_skew = x.at[0, 0, 7].set(40.0)  # the tensor amax lives on one device's rows a
 check("fp8 dynamic per-tensor column (rows split)", dyn, x_skew, "column")
 check("fp8 dynamic per-tensor row", dyn, x_skew, "row")
 check("fp8_ptpc row, skewed rows", layer("fp8_ptpc", 512, 512, x), x_skew, "row")
+# A column-parallel (512 x 128) layer and a row-parallel (128 x 512) one run the same local
+# kernel shapes on this mesh ((3, 128) activations, (128, 128) weight), but only the second
+# joins the amax across devices: the context adding the pmax is part of jit's cache key, so
+# the second may not reuse the first's trace.
+x_k128 = x_skew[..., :128].at[1, 2, 100].set(-50.0)
+check("fp8_ptpc column 512x128", layer("fp8_ptpc", 512, 128, x_k128), x_k128, "column")
+check("fp8_ptpc row 128x512 after it (same local shapes)", layer("fp8_ptpc", 128, 512, x),
+      x_skew, "row")
 
 # bf16 activations, odd K handled by padding inside the row-parallel path
 xb = jnp.asarray(rng.standard_normal((4, 512)), jnp.bfloat16)
