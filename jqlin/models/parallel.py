@@ -15,6 +15,8 @@ Everything else (embeddings, norms, an unquantized lm_head) is replicated over t
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -41,10 +43,21 @@ def shard_model(model: nnx.Module, mesh: Mesh, axis: str = "tp", *, style: str =
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     if axis not in mesh.shape:
         raise ValueError(f"mesh has axes {tuple(mesh.shape)}; no axis {axis!r}")
+    n = mesh.shape[axis]
+    cfg = getattr(model, "config", None)
+    heads = {name: getattr(cfg, name, None) for name in ("num_attention_heads",
+                                                         "num_key_value_heads")}
+    split = {name: h for name, h in heads.items() if isinstance(h, int) and h % n}
+    if style == "megatron" and split:
+        warnings.warn(
+            f"shard_model(style='megatron'): {', '.join(f'{k}={v}' for k, v in split.items())} "
+            f"do not divide over {n} devices, so heads are cut between devices and XLA moves "
+            "data inside attention (slower, and results move by more than the row-parallel "
+            "sums' last bits); style='column' avoids both", stacklevel=2)
     if style == "megatron":  # fused q/k/v and gate/up: each device its own slice of every part
         for _, node in nnx.iter_graph(model):
             if isinstance(node, FusedLinear):
-                node.interleave_for(mesh.shape[axis])
+                node.interleave_for(n)
     layout = {}
     for path, layer in quant_layers(model).items():
         mode = "row" if style == "megatron" and path.endswith(_ROW_PARALLEL) else "column"

@@ -5,6 +5,7 @@ import collections
 import os
 import re
 import sys
+import warnings
 
 import jax
 import numpy as np
@@ -22,7 +23,12 @@ def check(fixture: str, style: str, n: int) -> None:
     toks_ref = np.asarray(base.generate(ids[:1], 6, deterministic=True).tokens)
     model = llama.from_checkpoint(fixture)
     mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
-    layout = shard_model(model, mesh, "tp", style=style)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layout = shard_model(model, mesh, "tp", style=style)
+    # the fixtures have 5 query heads and 1 key/value head: megatron cuts them and says so
+    said = any("do not divide over" in str(w.message) for w in caught)
+    assert said == (style == "megatron" and n > 1), (style, [str(w.message) for w in caught])
     det = np.asarray(model(ids, deterministic=True))
     out = np.asarray(model(ids))
     toks = np.asarray(model.generate(ids[:1], 6, deterministic=True).tokens)
@@ -58,7 +64,10 @@ def check_collectives(fmt: str, n: int) -> None:
         models.append(m)
     base, model = models
     mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
-    shard_model(model, mesh, "tp", style="megatron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shard_model(model, mesh, "tp", style="megatron")
+    assert not any("do not divide over" in str(w.message) for w in caught)  # 8 / 4 heads
     ids = np.arange(3, 10, dtype=np.int32)[None, :]
     graphdef, state = nnx.split(model)
     hlo = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).lower(state, ids).compile().as_text()
