@@ -38,7 +38,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .launch import launch_split_k
-from .tiles import load2, mask2, store_tile, tile_coords
+from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .fp8_convert import e4m3_to_bf16
 from .fp8_dot import fp8_dot
 
@@ -193,11 +193,9 @@ def _gemv_body(*refs, p: _Static):
     o_ref = next(it)
     cfg = p.cfg
     bn, bk = cfg.block_n, cfg.block_k
-    n0 = pl.program_id(0) * bn
-    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
-    n_lim = p.n if p.n % bn else None
+    t = row_tile_coords(p.n, bn, cfg.split_k, p.steps_per_split)
+    n0, rn, n_lim, step0 = t.n0, t.rn, t.n_lim, t.step0
     k_lim = p.k if p.k % (bk * cfg.k_unroll) else None  # some K-step runs past K
-    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
     sub, sbk = _sub_steps(p)
 
     def step(i, accs):
@@ -226,16 +224,10 @@ def _gemv_body(*refs, p: _Static):
     zero = jnp.zeros((bn, sbk), F32)
     accs = lax.fori_loop(0, p.steps_per_split, step, tuple(zero for _ in range(p.m)))
     _, cs = _scales(p, None, ws_ref, 0, n0, None, rn, None)
-    row0 = pl.program_id(1) * p.m if cfg.split_k > 1 else 0
     for r in range(p.m):
         acc = jnp.sum(accs[r], axis=1)
         acc = acc if cs is None else acc * cs
-        view = o_ref.at[pl.ds(row0 + r, 1), pl.ds(n0, bn)]
-        val = acc.astype(view.dtype)[None, :]
-        if n_lim is None:
-            view[...] = val
-        else:
-            pltriton.store(view, val, mask=(rn < n_lim)[None, :])
+        store_tile(o_ref, t._replace(m0=r), acc[None, :], p.m, cfg.split_k)
 
 
 def _check(name, arr, shape, dtypes):

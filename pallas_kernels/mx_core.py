@@ -42,7 +42,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .launch import launch_split_k
-from .tiles import load2, mask2, store_tile, tile_coords
+from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .mx_dense import dense_dequant_matmul
 from .mx_decode import (ASM_NVFP4_ACC_SHIFT, ASM_NVFP4_SCALE_SHIFT, E2M1_DECODE_SHIFT,
                         e2m1_bytes_to_f32, e2m1_nibbles_bf16_asm, e2m1_nibbles_to_f32,
@@ -201,10 +201,8 @@ def _gemv_body(*refs, p: _Static):
     o_ref = refs[-1]
     cfg = p.cfg
     bn, bk = cfg.block_n, cfg.block_k
-    n0 = pl.program_id(0) * bn
-    rn = n0 + jnp.arange(bn, dtype=jnp.int32)
-    n_lim = p.n if p.n % bn else None
-    step0 = pl.program_id(1) * p.steps_per_split if cfg.split_k > 1 else 0
+    t = row_tile_coords(p.n, bn, cfg.split_k, p.steps_per_split)
+    n0, rn, n_lim, step0 = t.n0, t.rn, t.n_lim, t.step0
     split = p.elem == "e2m1" and p.fp4_layout == "split"
     width = bk // 2 if split else bk
 
@@ -227,17 +225,11 @@ def _gemv_body(*refs, p: _Static):
 
     zero = jnp.zeros((bn, width), F32)
     accs = lax.fori_loop(0, p.steps_per_split, step, tuple(zero for _ in range(p.m)))
-    row0 = pl.program_id(1) * p.m if cfg.split_k > 1 else 0
     for r in range(p.m):
         acc = jnp.sum(accs[r], axis=1)[None, :]
         if cfg.split_k == 1:
             acc = _post(p, acc, c_ref, n0, rn, n_lim)
-        view = o_ref.at[pl.ds(row0 + r, 1), pl.ds(n0, bn)]
-        val = acc.astype(view.dtype)
-        if n_lim is None:
-            view[...] = val
-        else:
-            pltriton.store(view, val, mask=(rn < n_lim)[None, :])
+        store_tile(o_ref, t._replace(m0=r), acc, p.m, cfg.split_k)
 
 
 def _acc_shift(p: _Static) -> float:

@@ -1,4 +1,4 @@
-"""Output-tile bookkeeping shared by the tiled kernel bodies (fp8_core, mx_core, mx_fp8mma).
+"""Output-tile bookkeeping shared by the kernel bodies (fp8_core, mx_core, mx_fp8mma; gemv too).
 
 A program owns one (block_m, block_n) output tile and, with split-K, one slice of the K loop;
 partial tiles at the M / N edges are masked. These helpers are traced inside the kernels.
@@ -14,7 +14,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-__all__ = ["Tile", "tile_coords", "store_tile", "grouped_pid", "mask2", "load2"]
+__all__ = ["Tile", "tile_coords", "row_tile_coords", "store_tile", "grouped_pid", "mask2",
+           "load2"]
 
 
 class Tile(NamedTuple):
@@ -46,6 +47,14 @@ def tile_coords(m: int, n: int, bm: int, bn: int, group_m: int, split_k: int,
     return Tile(m0, n0, m0 + jnp.arange(bm, dtype=jnp.int32), n0 + jnp.arange(bn, dtype=jnp.int32),
                 m if m % bm else None, n if n % bn else None,
                 pl.program_id(1) * steps_per_split if split_k > 1 else 0)
+
+
+def row_tile_coords(n: int, bn: int, split_k: int, steps_per_split: int) -> Tile:
+    """A gemv program's tile (grid axis 0 over N only): block_n columns; rows are kept apart
+    by the body and written one at a time with `store_tile(o_ref, t._replace(m0=r), ...)`."""
+    n0 = pl.program_id(0) * bn
+    return Tile(0, n0, jnp.zeros((1,), jnp.int32), n0 + jnp.arange(bn, dtype=jnp.int32), None,
+                n if n % bn else None, pl.program_id(1) * steps_per_split if split_k > 1 else 0)
 
 
 def mask2(rows, rows_lim, cols, cols_lim):
