@@ -42,6 +42,11 @@ def _sdg_mxfp8(x, w):
                                      preferred_element_type=jnp.bfloat16, configs=[cfg] * 3)
 
 
+def _sdg_op(**kw) -> bench.Op:
+    return bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8, xla_gemm_min_m=0,
+                    **kw)
+
+
 def _variant(fmt: str, tag: str, m: int | None = None, **kw) -> bench.Op:
     """The format's kernel with overrides (config / decode / mxfp8_variant), recorded as is."""
     interpret = jax.default_backend() == "cpu"  # CPU: a smoke run of the script itself
@@ -53,14 +58,7 @@ def _variant(fmt: str, tag: str, m: int | None = None, **kw) -> bench.Op:
 
 
 def _auto(fmt: str, det: bool = False) -> bench.Op:
-    kernel = bench._auto_kernel(bench.formats.get(fmt))
-    return bench.Op(kernel, fmt, "det" if det else "default", bench._kernel_op(kernel, det),
-                    xla_gemm_min_m=None if det else apply_dense_min_m())
-
-
-def apply_dense_min_m() -> int:
-    from jqlin.kernels import pallas_fp4
-    return pallas_fp4.XLA_GEMM_MIN_M
+    return bench.kernel_op(bench._auto_kernel(bench.formats.get(fmt)), fmt, det)
 
 
 def _decode_cfg(cfg: C, m: int, n: int, k: int, per_sm: int) -> C:
@@ -71,7 +69,7 @@ def _decode_cfg(cfg: C, m: int, n: int, k: int, per_sm: int) -> C:
 
 
 def decode_ops(k: int, n: int) -> list[bench.Op]:
-    ops = [bench.Op("bf16", None, "default", bench._bf16_dot, xla_gemm_min_m=0)]
+    ops = [bench.bf16_op()]
     for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"):
         ops += [_auto(fmt), _auto(fmt, det=True)]
     ops += [_auto("nvfp4"), _auto("mxfp4"), _auto("mxfp8")]
@@ -93,9 +91,7 @@ def decode_ops(k: int, n: int) -> list[bench.Op]:
 
 def large_ops(k: int, n: int) -> list[bench.Op]:
     del k, n
-    ops = [bench.Op("bf16", None, "default", bench._bf16_dot, xla_gemm_min_m=0),
-           bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8,
-                    xla_gemm_min_m=0)]
+    ops = [bench.bf16_op(), _sdg_op()]
     for fmt in ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16"):
         ops += [_auto(fmt), _auto(fmt, det=True)]
     for fmt in ("nvfp4_a16", "mxfp8"):  # the Triton kernel at the same M (default config)
@@ -113,8 +109,7 @@ FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
 def grid_ops() -> list[bench.Op]:
     """bf16, scaled_dot_general mxfp8 (M >= 1024) and each format's auto kernel, both modes."""
     ops = bench.build_ops(FORMATS, None, xla_ref_max_m=0)
-    ops.insert(1, bench.Op("scaled_dot_general_mxfp8", None, "default", _sdg_mxfp8, min_m=1024,
-                           xla_gemm_min_m=0))
+    ops.insert(1, _sdg_op(min_m=1024))
     return ops
 
 

@@ -145,9 +145,9 @@ def _op(fmt: str, cfg: C, m: int) -> bench.Op:
 
 
 def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):
-    ops = [bench.Op("bf16", None, "default", bench._bf16_dot)] if baselines else []
+    ops = [bench.bf16_op()] if baselines else []
     if baselines and fmt == "fp8_per_tensor":
-        ops.append(bench.Op("xla_fp8", "fp8_per_tensor", "default", bench._xla_fp8))
+        ops.append(bench.xla_fp8_op())
     for m in ms:
         for cfg in cfgs:
             if (cfg.variant == "gemv" and m > 4) or (m <= 16) != (cfg.block_m <= 16):
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
         for model, k, n in shapes:
             ops = _ops_for(fmt, cfgs, ms, n, k, target, baselines)
             for ef in extra_fmts:
-                ops.append(bench.Op("xla_fp8", ef, "default", bench._xla_fp8))
+                ops.append(bench.xla_fp8_op(ef))
             res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
                             on_record=records.append)
             meta.update({kk: v for kk, v in res.items() if kk != "records"})

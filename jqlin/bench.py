@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from . import dispatch, formats, qweight
 
-__all__ = ["SHAPES", "Op", "build_ops", "measure_copy_bandwidth", "run", "add_parser", "main"]
+__all__ = ["SHAPES", "Op", "bf16_op", "xla_fp8_op", "kernel_op", "build_ops", "measure_copy_bandwidth", "run", "add_parser", "main"]
 
 # (K, N) of the linear layers of each model (K = in_features, N = out_features).
 SHAPES: dict[str, list[tuple[int, int]]] = {
@@ -87,10 +87,29 @@ def _xla_fp8(x, w):
     return (y * (w.input_scale * w.scale.reshape(()))).astype(x.dtype)
 
 
-def _kernel_op(kernel: str, deterministic: bool):
+def bf16_op() -> Op:
+    """The baseline of every speedup: bf16 x @ W^T through XLA (cuBLAS, autotuned)."""
+    return Op("bf16", None, "default", _bf16_dot, xla_gemm_min_m=0)
+
+
+def xla_fp8_op(fmt: str = "fp8_per_tensor") -> Op:
+    """XLA's own fp8 x fp8 product (cuBLASLt, autotuned) on a per-tensor weight of `fmt`."""
+    return Op("xla_fp8", fmt, "default", _xla_fp8, xla_gemm_min_m=0)
+
+
+def kernel_op(kernel: str, fmt: str, deterministic: bool = False, **kw: Any) -> Op:
+    """jqlin.matmul(x, qw, kernel=kernel) on weights of `fmt`. Compiles that autotune XLA GEMMs
+    are marked: always for the XLA reference, and in default mode from the M a kernel module
+    names in `XLA_GEMM_MIN_M` (where it runs an XLA dot instead of its own kernel)."""
+    gemm_m = 0 if kernel == "xla" else None
+    if not deterministic:
+        impl = dispatch.registered_kernels()[kernel].impl
+        gemm_m = getattr(importlib.import_module(impl.__module__), "XLA_GEMM_MIN_M", gemm_m)
+
     def fn(x, qw):
         return dispatch.matmul(x, qw, kernel=kernel, deterministic=deterministic)
-    return fn
+    return Op(kernel, fmt, "det" if deterministic else "default", fn, xla_gemm_min_m=gemm_m,
+              **kw)
 
 
 def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("default", "det"),
@@ -98,9 +117,9 @@ def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("def
     """bf16 + xla_fp8 baselines, then for each format its auto-chosen kernel (or `kernels`)."""
     ops: list[Op] = []
     if baselines:
-        ops.append(Op("bf16", None, "default", _bf16_dot, xla_gemm_min_m=0))
+        ops.append(bf16_op())
         if "fp8_per_tensor" in fmts:
-            ops.append(Op("xla_fp8", "fp8_per_tensor", "default", _xla_fp8, xla_gemm_min_m=0))
+            ops.append(xla_fp8_op())
     for fmt in fmts:
         spec = formats.get(fmt)
         registry = dispatch.registered_kernels()
@@ -115,14 +134,9 @@ def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("def
                 if det and (not k.batch_invariant or (spec.activation is not None
                                                       and not spec.activation.row_local)):
                     continue
-                gemm_m = 0 if kname == "xla" else None
-                if not det:  # a kernel module may say from which M it runs an XLA dot instead
-                    mod = importlib.import_module(k.impl.__module__)
-                    gemm_m = getattr(mod, "XLA_GEMM_MIN_M", gemm_m)
-                ops.append(Op(kname, fmt, mode, _kernel_op(kname, det), xla_gemm_min_m=gemm_m))
+                ops.append(kernel_op(kname, fmt, det))
         if xla_ref_max_m and "xla" not in names:
-            ops.append(Op("xla", fmt, "default", _kernel_op("xla", False), max_m=xla_ref_max_m,
-                          xla_gemm_min_m=0))
+            ops.append(kernel_op("xla", fmt, max_m=xla_ref_max_m))
     return ops
 
 
