@@ -56,12 +56,9 @@ def _rel(y, ref):
     return np.linalg.norm(y - ref) / np.linalg.norm(ref)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.variant}{c.block_m}x{c.block_n}x"
-                         f"{c.block_k}s{c.split_k}")
-@pytest.mark.parametrize("layout", ["split", "interleave"])
-def test_nvfp4_configs_poisoned(rng, cfg, layout):
+def _check_nvfp4(rng, m, cfg, layout):
     qw = _weight(rng, "nvfp4_a16")
-    x = jnp.asarray(rng.standard_normal((M, K)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((m, K)), jnp.float32)
     parts = split_activation(x)
     # A per-row post scale (as after a fuse), applied as a divisor.
     col = jnp.asarray(rng.uniform(0.5, 4.0, (N,)), jnp.float32)
@@ -71,9 +68,8 @@ def test_nvfp4_configs_poisoned(rng, cfg, layout):
     assert _rel(y, _reference(parts, qw, "div", col)) < 1e-6
 
 
-@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=["swap-split2", "mma"])
-def test_mxfp4_and_mxfp8_weight_only_poisoned(rng, cfg):
-    x = jnp.asarray(rng.standard_normal((M, K)), jnp.bfloat16)
+def _check_mx_weight_only(rng, m, cfg):
+    x = jnp.asarray(rng.standard_normal((m, K)), jnp.bfloat16)
     for fmt, fn in (("mxfp4_a16", mxfp4_matmul), ("mxfp8_a16", mxfp8_matmul)):
         qw = _weight(rng, fmt)
         y = jax.jit(lambda x: fn([x], qw.data, qw.scale, out_dtype=jnp.float32, config=cfg,
@@ -81,30 +77,29 @@ def test_mxfp4_and_mxfp8_weight_only_poisoned(rng, cfg):
         assert _rel(y, _reference([x], qw)) < 1e-6, fmt
 
 
-@pytest.mark.parametrize("m,cfg", [(1, C(1, 16, 64, variant="gemv")),
-                                   (3, C(1, 32, 128, split_k=2, variant="gemv"))],
-                         ids=["M1-16x64", "M3-32x128-split2"])
+# No-MMA gemv configs (M <= 4): N=40 leaves a partial last tile for both block_n.
+GEMV = [(1, C(1, 16, 64, variant="gemv")), (3, C(1, 32, 128, split_k=2, variant="gemv"))]
+
+
+@pytest.mark.parametrize("m,cfg", [(M, c) for c in CONFIGS] + GEMV,
+                         ids=lambda v: v if isinstance(v, int) else
+                         f"{v.variant}{v.block_m}x{v.block_n}x{v.block_k}s{v.split_k}")
 @pytest.mark.parametrize("layout", ["split", "interleave"])
-def test_gemv_variant_poisoned(rng, m, cfg, layout):
-    # No MMA: NVFP4 with f32 activations (3 exact bf16 parts) and a per-row divisor; MXFP4 and
-    # MXFP8 weight-only with bf16 activations. N=40: a partial last tile for both block_n.
-    qw = _weight(rng, "nvfp4_a16")
-    x = jnp.asarray(rng.standard_normal((m, K)), jnp.float32)
-    parts = split_activation(x)
-    col = jnp.asarray(rng.uniform(0.5, 4.0, (N,)), jnp.float32)
-    y = jax.jit(lambda p, c: nvfp4_matmul(p, qw.data, qw.scale, c, post="div",
-                                          out_dtype=jnp.float32, config=cfg, fp4_layout=layout,
-                                          interpret=True, poison=True))(parts, col)
-    assert _rel(y, _reference(parts, qw, "div", col)) < 1e-6
-    xb = x.astype(jnp.bfloat16)
-    for fmt, fn in (("mxfp4_a16", mxfp4_matmul), ("mxfp8_a16", mxfp8_matmul)):
-        qw = _weight(rng, fmt)
-        y = jax.jit(lambda x: fn([x], qw.data, qw.scale, out_dtype=jnp.float32, config=cfg,
-                                 interpret=True, poison=True))(xb)
-        assert _rel(y, _reference([xb], qw)) < 1e-6, fmt
+def test_nvfp4_configs_poisoned(rng, m, cfg, layout):
+    _check_nvfp4(rng, m, cfg, layout)
+
+
+@pytest.mark.parametrize("m,cfg", [(M, CONFIGS[0]), (M, CONFIGS[1])] + GEMV,
+                         ids=["swap-split2", "mma", "gemv-M1", "gemv-M3-split2"])
+def test_mxfp4_and_mxfp8_weight_only_poisoned(rng, m, cfg):
+    _check_mx_weight_only(rng, m, cfg)
+
+
+def test_gemv_variant_refuses_more_than_4_rows(rng):
+    qw = _weight(rng, "mxfp8_a16")
     with pytest.raises(ValueError, match="gemv variant serves M <= 4"):
         mxfp8_matmul([jnp.ones((5, K), jnp.bfloat16)], qw.data, qw.scale,
-                     out_dtype=jnp.float32, config=cfg, interpret=True)
+                     out_dtype=jnp.float32, config=GEMV[0][1], interpret=True)
 
 
 @pytest.mark.parametrize("variant,cfg", [("bf16", C(16, 32, 64, split_k=2, variant="swap")),
