@@ -60,7 +60,7 @@ def _small_m(m: int, n: int, k: int, *, block_k: int, unroll: int, stages: int) 
     return MatmulConfig(bm, 64, bk, num_warps=4, num_stages=stages, split_k=split, k_unroll=u)
 
 
-def _swap_mid(m: int, n: int, k: int, *, target_per_sm: int) -> MatmulConfig:
+def _swap_mid(m: int | None, n: int, k: int, *, target_per_sm: int) -> MatmulConfig:
     """Weights as the 128-row MMA operand, 64 activation rows, integer-op e4m3 conversion."""
     bk = k_block(k, 128)
     tiles = (1 if m is None else cdiv(m, 64)) * cdiv(n, 128)

@@ -75,12 +75,11 @@ class FusedLinear(nnx.Module):
         apply = apply or (lambda layer, v: layer(v))
         if self.fused is not None:
             y = apply(self.fused, x)
+            # rows are [part0_0 part1_0 .. | part0_1 part1_1 .. | ..] over `shards` blocks
+            # (one block when not interleaved): split within each block
             s = self.shards
             local = [n // s for n in self.sizes]
             bounds = [sum(local[:i + 1]) for i in range(len(local) - 1)]
-            if s == 1:
-                return tuple(jnp.split(y, bounds, axis=-1))
-            # rows are [part0_0 part1_0 .. | part0_1 part1_1 .. | ..]: split within each shard
             y3 = y.reshape(*y.shape[:-1], s, sum(local))
             return tuple(p.reshape(*y.shape[:-1], s * n)
                          for p, n in zip(jnp.split(y3, bounds, axis=-1), local))
