@@ -18,6 +18,22 @@ def geomean(v):
     return math.exp(sum(math.log(x) for x in v) / len(v))
 
 
+def speedup_rows(recs, labels, ms, bw_stat, bw_name: str) -> list[str]:
+    """Table rows: per label, geomean (min-max) speedup vs bf16 at each M, then `bw_stat` of the
+    fraction of copy bandwidth at M <= 16 (no figure for labels that read no quantized weight)."""
+    rows = ["| format : kernel | " + " | ".join(f"M={m}" for m in ms) + f" | {bw_name} |",
+            "|---|" + "---|" * (len(ms) + 1)]
+    for label in labels:
+        cells = []
+        for m in ms:
+            v = [r["speedup_vs_bf16"] for r in recs if r["label"] == label and r["M"] == m]
+            cells.append(f"{geomean(v):.2f}x ({min(v):.2f}-{max(v):.2f})" if v else "-")
+        bw = [r["frac_copy_bw"] for r in recs if r["label"] == label and r["M"] <= 16]
+        cells.append(f"{bw_stat(bw):.2f}" if bw and "scaled_dot" not in label else "-")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def fp4_mx_section(path: pathlib.Path) -> list[str]:
     d = json.loads(path.read_text())
     recs = d["records"]
@@ -28,17 +44,9 @@ def fp4_mx_section(path: pathlib.Path) -> list[str]:
            f"{d['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, bf16 `jnp.dot` up to {peak:.0f} TFLOP/s. "
            "Times are CUPTI device time (median); speedup = bf16 `jnp.dot` time / kernel time on "
            "the same shape and M. 11 shapes (Llama-3-8B/70B, DeepSeek-V3).", "",
-           "Geomean over shapes (min-max), and median fraction of copy bandwidth on weight bytes:", "",
-           "| format : kernel | M=1 | M=16 | M=4096 | BW frac M<=16 |", "|---|---|---|---|---|"]
+           "Geomean over shapes (min-max), and median fraction of copy bandwidth on weight bytes:", ""]
     labels = sorted({r["label"] for r in recs if r["label"] != "bf16" and "var[" not in r["label"]})
-    for label in labels:
-        cells = []
-        for m in (1, 16, 4096):
-            v = [r["speedup_vs_bf16"] for r in recs if r["label"] == label and r["M"] == m]
-            cells.append(f"{geomean(v):.2f}x ({min(v):.2f}-{max(v):.2f})" if v else "-")
-        bw = [r["frac_copy_bw"] for r in recs if r["label"] == label and r["M"] <= 16]
-        cells.append(f"{statistics.median(bw):.2f}" if bw and "scaled_dot" not in label else "-")
-        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out += speedup_rows(recs, labels, (1, 16, 4096), statistics.median, "BW frac M<=16")
     tf = [r for r in recs if r["M"] == 4096 and r["label"] in ("mxfp8:pallas_mxfp8", "scaled_dot_general_mxfp8", "bf16")]
     out += ["", "MXFP8 at M=4096 against `jax.nn.scaled_dot_general` (mxfp8 config) and bf16:", "",
             "| shape (K x N) | bf16 us | scaled_dot_general us | pallas_mxfp8 us | vs scaled_dot | vs bf16 |",
@@ -82,18 +90,9 @@ def grid_section(paths: list[pathlib.Path], title: str) -> list[str]:
            f"{len(shapes)} shapes (K x N); speedup = bf16 `jnp.dot` time / kernel time, same shape "
            "and M, same process; CUPTI device time. `xla` = jqlin's XLA reference path (f32 "
            "dequantize + dot), `xla_fp8` = XLA's own fp8 x fp8 per-tensor dot (cuBLASLt). "
-           "Cells: geomean (min-max).", "",
-           "| format : kernel | " + " | ".join(f"M={m}" for m in ms) + " | BW frac M<=16 (max) |",
-           "|---|" + "---|" * (len(ms) + 1)]
-    for label in sorted({r["label"] for r in recs} - {"bf16"}):
-        cells = []
-        for m in ms:
-            v = [r["speedup_vs_bf16"] for r in recs if r["label"] == label and r["M"] == m]
-            cells.append(f"{geomean(v):.2f}x ({min(v):.2f}-{max(v):.2f})" if v else "-")
-        bw = [r["frac_copy_bw"] for r in recs if r["label"] == label and r["M"] <= 16]
-        cells.append(f"{max(bw):.2f}" if bw else "-")
-        out.append(f"| {label} | " + " | ".join(cells) + " |")
-    return out
+           "Cells: geomean (min-max).", ""]
+    return out + speedup_rows(recs, sorted({r["label"] for r in recs} - {"bf16"}), ms, max,
+                              "BW frac M<=16 (max)")
 
 
 def tp_section(path: pathlib.Path) -> list[str]:
