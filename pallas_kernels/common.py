@@ -8,16 +8,17 @@ bucket, so the reduction order can only depend on (K, N, spec).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
-from typing import Callable
+from typing import Callable, Iterator
 
 import jax
 
 __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "cache_config",
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
-           "NUM_SMS_DEFAULT"]
+           "deterministic_rows", "NUM_SMS_DEFAULT"]
 
 NUM_SMS_DEFAULT = 132  # H100/H200 SXM; only used by heuristics when the device cannot say
 _VARIANTS = ("mma", "swap", "gemv")
@@ -134,12 +135,30 @@ def load_tuned_configs(path: str | pathlib.Path) -> int:
     return len(entries)
 
 
+# The deterministic heuristics size split_k by N (programs per SM), so a column-parallel shard
+# resolving its config from its own N could cut K differently from the unsharded kernel: then its
+# columns would not be bitwise those of one device. Jit-cache-sensitive: a kernel traced inside
+# is another program.
+_DET_ROWS = jax.make_user_context(default_value=None)
+
+
+@contextlib.contextmanager
+def deterministic_rows(n: int) -> Iterator[None]:
+    """Within: deterministic configs are resolved as for a weight of `n` rows (the unsharded N of
+    a column-parallel shard), so each shard sums K in the unsharded kernel's order."""
+    with _DET_ROWS(int(n)):
+        yield
+
+
 def resolve_config(kernel: str, *, m: int, n: int, k: int, deterministic: bool,
                    explicit: MatmulConfig | None, extra: str,
                    heuristic: Callable[[int | None, int, int], MatmulConfig]) -> MatmulConfig:
-    """explicit -> cached -> heuristic. The heuristic gets m=None in deterministic mode."""
+    """explicit -> cached -> heuristic. The heuristic gets m=None in deterministic mode, and N of
+    an enclosing `deterministic_rows`."""
     if explicit is not None:
         return explicit
     mm = None if deterministic else m
+    if deterministic and _DET_ROWS.value is not None:
+        n = _DET_ROWS.value
     cfg = cached_config(kernel, m=mm, n=n, k=k, extra=extra)
     return cfg if cfg is not None else heuristic(mm, n, k)

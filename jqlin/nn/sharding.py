@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from pallas_kernels import deterministic_rows
+
 from ..dispatch import matmul
 from ..numerics.tiling import sharded_amax
 from ..qweight import QuantizedWeight
@@ -208,7 +210,8 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
 
     if tp.mode == "column":
         def body(xl, *parts):
-            with sharded_amax(batch, None):  # tokens split over batch: per-tensor amax joins
+            # tokens split over batch: per-tensor amax joins; det tiles as for all `rows`
+            with sharded_amax(batch, None), deterministic_rows(rows):
                 return matmul(xl, local_weight(parts, (rows // tp.size, k)), **opts)
 
         mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, None), *specs),

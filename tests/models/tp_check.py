@@ -46,6 +46,29 @@ def check(fixture: str, style: str, n: int) -> None:
           f"det_bitwise={np.array_equal(det, det_ref)} tokens_equal={np.array_equal(toks, toks_ref)}")
 
 
+def check_layer_bitwise(fmt: str, n: int, shape: tuple[int, int] = (6144, 4096)) -> None:
+    """One Llama-3-8B-sized QuantDense, column-parallel over n devices, deterministic: bitwise
+    the one-device layer at M in {1, 7}. At this N a shard's own N would give the det heuristics
+    another split_k than the whole layer's (jqlin.nn.sharding resolves them for all N)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import jqlin
+    from jqlin.nn import QuantDense
+    rng = np.random.default_rng(1)
+    w = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    qd = QuantDense.from_quantized(jqlin.quantize(w, fmt))
+    sharded = nnx.clone(qd)
+    sharded.shard(Mesh(np.array(jax.devices()[:n]), ("tp",)), "column", "tp")
+    for m in (1, 7):  # float32 activations: a bf16 output would round most differences away
+        x = jnp.asarray(rng.standard_normal((m, shape[1])), jnp.float32)
+        ref = np.asarray(qd(x, deterministic=True))
+        got = np.asarray(sharded(x, deterministic=True))
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), \
+            f"{fmt} column det M={m}: max diff {np.abs(got - ref).max()}"
+    print(f"ok {fmt} {shape} column deterministic devices={n}: bitwise at M=1, 7")
+
+
 def check_collectives(fmt: str, n: int) -> None:
     """Megatron layout of a random Llama: per layer exactly the two all-reduces of o_proj and
     down_proj (fused q/k/v and gate/up interleaved per shard, so splitting their outputs moves
@@ -88,6 +111,8 @@ if __name__ == "__main__":
     check(os.path.join(fixtures, "ct_mxfp8"), "megatron", n)
     check(os.path.join(fixtures, "ct_mxfp8"), "column", n)
     check(os.path.join(fixtures, "modelopt_nvfp4"), "column", n)
+    for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
+        check_layer_bitwise(fmt, n)
     check_collectives("fp8_block", n)
     check_collectives("mxfp8", n)
     print("ALL OK")

@@ -116,6 +116,28 @@ auto = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"
 check("mxfp8 column, Auto-axis mesh", layer("mxfp8", 512, 512, x), x, "column", mesh=auto)
 check("nvfp4 row, Auto-axis mesh", layer("nvfp4", 512, 512, x), x, "row", mesh=auto)
 
+# Deterministic column shards are bitwise the unsharded layer. The det heuristics size split_k
+# by N (programs per SM); with 4 "SMs" a 128-row shard would pick another K split than the
+# 512-row layer, so this only passes because the shards resolve their configs for all 512 rows.
+import pallas_kernels.fp8_heuristics as fp8_h  # noqa: E402
+import pallas_kernels.mx_heuristics as mx_h  # noqa: E402
+fp8_h.num_sms = mx_h.num_sms = lambda: 4
+for fmt, kernel, k in [("fp8_per_channel_a16", "pallas_fp8_w8a16", 1024),
+                       ("nvfp4_a16", "pallas_nvfp4", 2048)]:
+    heuristic = (lambda n, kk: fp8_h.w8a16_heuristic(None, n, kk, per_block=False)
+                 if fmt.startswith("fp8") else mx_h.dequant_heuristic(None, n, kk, elem_bits=4,
+                                                                       group=16))
+    assert heuristic(128, k).split_k != heuristic(512, k).split_k, fmt  # the check has teeth
+    xk = jnp.asarray(rng.standard_normal((2, 3, k)), jnp.float32)  # bf16 output hides ulps
+    qd = layer(fmt, 512, k, xk)
+    call = dict(kernel=kernel, deterministic=True)
+    ref = np.asarray(qd(xk, **call))
+    sharded = nnx.clone(qd)
+    sharded.shard(mesh, "column", "model", batch_axis="data")
+    got = np.asarray(sharded(xk, **call))
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), fmt
+    print(f"ok {fmt} column deterministic {kernel}: bitwise (shard N 128 of 512)")
+
 # shard boundaries inside a scale tile are errors
 blk = layer("fp8_block", 256, 256, x[..., :256])
 expect_error("block rows split", lambda: nnx.clone(blk).shard(mesh, "column", "model"), "128-row scale block")
