@@ -103,12 +103,44 @@ def large_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+MID_SHAPES = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096)]
+
+
+def mid_ops(k: int, n: int) -> list[bench.Op]:
+    """M = 64 and 256 (session 3). The grid measured 0.28-0.34x bf16 at M=256 for every format
+    (64x128x64 swap tiles, ~1 program per SM) and 0.68-0.79x at M=64; M >= 1024 runs the dense
+    path at 0.56-0.72x. Each weight tile is decoded once per block_m activation rows, so decode
+    work at M=256 is 4x that of one 64-row tile. Candidates: larger block_m (fewer decodes per
+    weight), 128-wide K-steps, and the dense path (dequantize once, then XLA's bf16 GEMM;
+    ~4.5 bytes moved per weight vs 2 for bf16: predicted ~0.45-0.5x at M=256, worse at 64)."""
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _variant(fmt, "dense", path="dense")]
+        for m in (64, 256):
+            for tag, cfg, per_sm in (
+                    ("swap64x128x128w4", C(64, 128, 128, num_warps=4, num_stages=3,
+                                          variant="swap"), 2),
+                    ("swap128x64x128w4", C(128, 64, 128, num_warps=4, num_stages=3,
+                                          variant="swap"), 2),
+                    ("swap128x128x64w8", C(128, 128, 64, num_warps=8, num_stages=3,
+                                          variant="swap"), 1),
+                    ("swap128x128x128w8", C(128, 128, 128, num_warps=8, num_stages=3,
+                                           variant="swap"), 1),
+                    ("swap256x128x64w8", C(256, 128, 64, num_warps=8, num_stages=3,
+                                          variant="swap"), 1)):
+                if cfg.block_m > max(64, m):
+                    continue
+                ops.append(_variant(fmt, tag, m=m, config=_decode_cfg(cfg, m, n, k, per_sm)))
+    return ops
+
+
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
 
 
 def grid_ops() -> list[bench.Op]:
-    """bf16, scaled_dot_general mxfp8 (M >= 1024) and each format's auto kernel, both modes."""
-    ops = bench.build_ops(FORMATS, None, xla_ref_max_m=0)
+    """bf16, scaled_dot_general mxfp8 (M >= 1024), each format's auto kernel in both modes and
+    its XLA reference path (M <= 16)."""
+    ops = bench.build_ops(FORMATS, None, xla_ref_max_m=16)
     ops.insert(1, _sdg_op(min_m=1024))
     return ops
 
@@ -139,6 +171,8 @@ def main(argv=None) -> int:
             plan.append((DECODE_SHAPES, (1, 16), decode_ops))
         elif part == "large":
             plan.append((LARGE_SHAPES, (4096,), large_ops))
+        elif part == "mid":
+            plan.append((MID_SHAPES, (64, 256), mid_ops))
         elif part == "grid":
             plan.append((bench.parse_shapes(args.shapes),
                          tuple(int(v) for v in args.m.split(",")), lambda k, n: grid_ops()))

@@ -35,6 +35,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
         return
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.8), squeeze=False)
     for ax, model in zip(axes[0], models):
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)  # ~20 labels: the default 10 colours repeat
         series = collections.defaultdict(lambda: collections.defaultdict(list))
         for r in recs:
             if r["model"] == model:

@@ -3,7 +3,8 @@
 A random Llama-3-8B-shaped model (hidden 4096, 14336 intermediate, 32 heads / 8 KV heads),
 every Linear but lm_head quantized online; timed as a 1-layer model ("one decoder layer" plus
 embedding and lm_head) and a `--layers`-layer model ("model step"), at M in {1, 16, 256}
-tokens, on one device and tensor-parallel ("megatron" layout) over N devices.
+tokens, on one device and tensor-parallel over N devices in each `--styles` layout ("megatron",
+"column"); each row also records whether deterministic logits are bitwise those of one device.
 
     PYTHONPATH=. python benchmarks/bench_tp.py --out tp.json          # on the GPU machine
     PYTHONPATH=. python benchmarks/bench_tp.py --small                # CPU smoke run
@@ -79,6 +80,7 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--devices", type=int, default=len(jax.devices()))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--styles", default="megatron,column", help="shard_model styles to time")
     ap.add_argument("--small", action="store_true", help="tiny shapes for a CPU smoke run")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -89,24 +91,34 @@ def main() -> int:
     rows = []
     n = args.devices
     mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
+    styles = args.styles.split(",")
     for layers in sorted({1, args.layers}):
         cfg = LlamaConfig(num_hidden_layers=layers, **shape)
-        single, tp = build(cfg, args.format), build(cfg, args.format)
-        layout = shard_model(tp, mesh, "tp", style="megatron")
-        for m in (1, 16, 256):
-            ids = np.random.default_rng(m).integers(3, cfg.vocab_size, (1, m)).astype(np.int32)
-            (t1, d1), (tn, dn) = timed(single, ids, args.reps), timed(tp, ids, args.reps)
-            err = float(jnp.linalg.norm(single(ids) - tp(ids)) / jnp.linalg.norm(single(ids)))
-            rows.append(dict(layers=layers, m=m, devices=n, format=args.format, t1_us=t1 * 1e6,
-                             tn_us=tn * 1e6, speedup=t1 / tn, device_t1_us=d1 * 1e6,
-                             device_tn_us=dn * 1e6, device_speedup=d1 / dn,
-                             rel_err_vs_1=err, modes=sorted(set(layout.values()))))
-            print(f"layers={layers} M={m:<4} wall: 1 device {t1 * 1e6:9.1f} us, {n} devices "
-                  f"{tn * 1e6:9.1f} us ({t1 / tn:5.2f}x); device: {d1 * 1e6:9.1f} / "
-                  f"{dn * 1e6:9.1f} us ({d1 / dn:5.2f}x); rel.err {err:.1e}", flush=True)
-        del single, tp
+        single = build(cfg, args.format)
+        ids_by_m = {m: np.random.default_rng(m).integers(3, cfg.vocab_size, (1, m)).astype(np.int32)
+                    for m in (1, 16, 256)}
+        one = {m: timed(single, ids, args.reps) for m, ids in ids_by_m.items()}
+        for style in styles:
+            tp = build(cfg, args.format)
+            layout = shard_model(tp, mesh, "tp", style=style)
+            for m, ids in ids_by_m.items():
+                (t1, d1), (tn, dn) = one[m], timed(tp, ids, args.reps)
+                err = float(jnp.linalg.norm(single(ids) - tp(ids)) / jnp.linalg.norm(single(ids)))
+                det = bool(np.array_equal(np.asarray(single(ids, deterministic=True)),
+                                          np.asarray(tp(ids, deterministic=True))))
+                rows.append(dict(layers=layers, m=m, devices=n, format=args.format, style=style,
+                                 t1_us=t1 * 1e6, tn_us=tn * 1e6, speedup=t1 / tn,
+                                 device_t1_us=d1 * 1e6, device_tn_us=dn * 1e6,
+                                 device_speedup=d1 / dn, rel_err_vs_1=err, det_bitwise=det,
+                                 modes=sorted(set(layout.values()))))
+                print(f"layers={layers} {style:8s} M={m:<4} wall: 1 device {t1 * 1e6:9.1f} us, "
+                      f"{n} devices {tn * 1e6:9.1f} us ({t1 / tn:5.2f}x); device: "
+                      f"{d1 * 1e6:9.1f} / {dn * 1e6:9.1f} us ({d1 / dn:5.2f}x); rel.err {err:.1e}"
+                      f" det bitwise {det}", flush=True)
+            del tp
+        del single
     meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, devices=n,
-                shape=shape, style="megatron", timing="wall: per jitted forward, 10 "
+                shape=shape, styles=styles, timing="wall: per jitted forward, 10 "
                 "dispatched back to back, median of reps; device: CUPTI kernel time per forward "
                 "of the busiest GPU", rows=rows)
     if args.out:

@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
-# One call on nvidia-h200-x2: the tensor-parallel check and benchmark on both GPUs, then two
-# lanes side by side, one per GPU (each lane: a list of steps, run in order, each time-boxed).
-# Logs and results land in $OUT (at most 8 files come back: keep the count low).
-#   TP=1 LANE0="tests" LANE1="grid:<shapes>:<m>" bash benchmarks/run_device_x2.sh
+# One call on a machine of several GPUs: lanes side by side, each a list of steps run in order
+# (each time-boxed), one measuring process per GPU at a time. Lane i runs on GPU i, or on the
+# GPUs listed in GPUS<i> (the tp step needs two or more). Logs and results are packed into
+# $OUT/results.tgz (the device tool returns at most 8 files).
+#   LANE0="tests sweep:v4" LANE1="grid:<shapes>:<m>" GPUS2=2,3 LANE2="tp" \
+#     bash benchmarks/run_device_lanes.sh
 # Steps: tests (all GPU-marked tests), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
 #        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py), sweep:<parts> (sweep_fp8.py,
-#        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode).
+#        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode),
+#        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_ARGS).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+PACK=${OUT:-/tmp/out}; OUT=/tmp/lanes_out; mkdir -p "$PACK" "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (device README)
 FP8_FORMATS=fp8_per_tensor_a16,fp8_per_channel_a16,fp8_block_a16,fp8_per_tensor,fp8_ptpc,fp8_block
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
-if [[ ${TP:-0} == 1 ]]; then
-  { if [[ ${T_TPCHECK:-200} != 0 ]]; then  # T_TPCHECK=0: benchmark only
-      timeout "$(box ${T_TPCHECK:-200})" python3 tests/models/tp_check.py .fixtures 2
-      echo "tp_check rc=$?"; fi
-    timeout "$(box ${T_TPBENCH:-200})" python3 benchmarks/bench_tp.py ${TP_ARGS:-} --out "$OUT/h200x2_tp.json"
-    echo "bench_tp rc=$?"; } > "$OUT/tp.log" 2>&1
-  grep -E "^ok|ALL OK|rc=|Error|layers=" "$OUT/tp.log"
-fi
-lane() {  # lane <gpu> <steps...>
-  local gpu=$1; shift
+lane() {  # lane <gpus> <steps...>
+  local gpus=$1; shift
+  local gpu=${gpus%%,*}  # steps other than tp run on the lane's first GPU
+  local n=0
   for step in "$@"; do
-    IFS=: read -r what shapes ms <<< "$step"
+    IFS=: read -r what shapes ms <<< "$step"; n=$((n + 1))
     echo "== gpu$gpu $step $(date +%T)"
     case $what in
+      tp)
+        local ngpu=$(( $(tr -cd , <<< "$gpus" | wc -c) + 1 ))
+        { if [[ ${T_TPCHECK:-200} != 0 ]]; then  # T_TPCHECK=0: benchmark only
+            CUDA_VISIBLE_DEVICES=$gpus timeout "$(box ${T_TPCHECK:-200})" \
+              python3 tests/models/tp_check.py .fixtures "$ngpu"
+            echo "tp_check rc=$?"; fi
+          CUDA_VISIBLE_DEVICES=$gpus timeout "$(box ${T_TPBENCH:-250})" python3 benchmarks/bench_tp.py \
+            ${TP_ARGS:-} --out "$OUT/tp_x$ngpu.json"
+          echo "bench_tp rc=$?"; } > "$OUT/tp_x$ngpu.log" 2>&1
+        grep -E "^ok|ALL OK|rc=|Error|layers=" "$OUT/tp_x$ngpu.log";;
       tests)
         XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.1 \
           CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_TESTS:-300})" python3 -m pytest -q -m gpu -n 8 \
@@ -38,26 +45,29 @@ lane() {  # lane <gpu> <steps...>
           --formats $FP8_FORMATS --reps 3 --det-formats fp8_per_channel_a16,fp8_ptpc,fp8_block \
           --fast-convert-variant fp8_per_channel_a16,fp8_block_a16 --shapes "$shapes" --m "$ms" \
           ${GRID_EXTRA:-} --out "/tmp/grid$gpu" 2>&1 | grep -E "device:|cases:|Error|rror:" | head -40
-        echo "grid rc=${PIPESTATUS[0]}"; cp /tmp/grid$gpu/bench.jsonl "$OUT/grid_gpu$gpu.jsonl";;
+        echo "grid rc=${PIPESTATUS[0]}"; cp /tmp/grid$gpu/bench.jsonl "$OUT/grid_gpu${gpu}_$n.jsonl";;
       fp4)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
           --parts grid --reps 3 --shapes "$shapes" --m "$ms" --out "/tmp/fp4_$gpu" 2>&1 \
           | grep -E "device:|cases:|Error|rror:" | head -40
-        echo "fp4 rc=${PIPESTATUS[0]}"; cp /tmp/fp4_$gpu/*.jsonl "$OUT/fp4_gpu$gpu.jsonl";;
+        echo "fp4 rc=${PIPESTATUS[0]}"; cp /tmp/fp4_$gpu/*.jsonl "$OUT/fp4_gpu${gpu}_$n.jsonl";;
       sweep)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_SWEEP:-300})" python3 benchmarks/sweep_fp8.py \
-          --parts "$shapes" --out "$OUT/sweep_gpu$gpu.json" > "/tmp/sweep$gpu.log" 2>&1
-        echo "sweep rc=$?"; python3 benchmarks/sweep_fp8.py --summary "$OUT/sweep_gpu$gpu.json";;
+          --parts "$shapes" --out "$OUT/sweep_gpu${gpu}_$n.json" > "/tmp/sweep$gpu.log" 2>&1
+        echo "sweep rc=$?"; python3 benchmarks/sweep_fp8.py --summary "$OUT/sweep_gpu${gpu}_$n.json";;
       fp4parts)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
           --parts "$shapes" --reps 3 --out "/tmp/fp4p_$gpu" > "/tmp/fp4p$gpu.log" 2>&1
-        echo "fp4parts rc=$?"; cp /tmp/fp4p_$gpu/*.jsonl "$OUT/fp4parts_gpu$gpu.jsonl"
-        grep -E "var\[gemv|ERROR" "/tmp/fp4p$gpu.log" | head -60;;
+        echo "fp4parts rc=$?"; cp /tmp/fp4p_$gpu/*.jsonl "$OUT/fp4parts_gpu${gpu}_$n.jsonl"
+        grep -E "var\[|ERROR" "/tmp/fp4p$gpu.log" | head -80;;
     esac
   done
 }
-lane 0 ${LANE0:-} > "$OUT/lane0.log" 2>&1 &
-lane 1 ${LANE1:-} > "$OUT/lane1.log" 2>&1 &
+for i in 0 1 2 3 4 5 6 7; do
+  steps=LANE$i gpus=GPUS$i
+  [[ -n ${!steps:-} ]] && lane "${!gpus:-$i}" ${!steps} > "$OUT/lane$i.log" 2>&1 &
+done
 wait
-cat "$OUT/lane0.log" "$OUT/lane1.log" | grep -vE "Warning|warn" | cut -c1-300 | tail -80
+cat "$OUT"/lane*.log | grep -vE "Warning|warn" | cut -c1-300 | tail -120
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
+tar -C "$OUT" -czf "$PACK/results.tgz" . && ls -la "$OUT"

@@ -472,7 +472,8 @@ def parse_shapes(spec: str) -> list[tuple[str, int, int]]:
             out += [(mdl, k, n) for mdl, lst in SHAPES.items() for k, n in lst]
         else:
             k, n = (int(v) for v in item.lower().split("x"))
-            out.append(("custom", k, n))
+            model = next((mdl for mdl, lst in SHAPES.items() if (k, n) in lst), "custom")
+            out.append((model, k, n))
     return out
 
 

@@ -1,0 +1,46 @@
+"""benchmarks/merge_lanes.py and report.current_records: the glue between device runs and the
+committed results (pure Python, no device)."""
+
+import json
+import sys
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import merge_lanes  # noqa: E402
+import report  # noqa: E402
+
+
+def _rec(k, n, m, label, us, frac, **kw):
+    return dict(K=k, N=n, M=m, label=label, median_us=us, frac_copy_bw=frac,
+                weight_bytes=k * n, speedup_vs_bf16=kw.pop("speedup", 1.0), **kw)
+
+
+def test_merge_lanes_recovers_bandwidth_and_later_lanes_win(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    # weight bytes / time / fraction of copy bandwidth = the copy bandwidth of that lane
+    a.write_text(json.dumps(_rec(2048, 4096, 1, "x", 4.0, 0.5)) + "\n" +
+                 json.dumps(_rec(2048, 4096, 16, "x", 8.0, 0.5)) + "\n")
+    b.write_text(json.dumps(_rec(2048, 4096, 1, "x", 2.0, 1.0)) + "\n")  # 8 MB / 2 us / 1.0
+    out = tmp_path / "m.json"
+    assert merge_lanes.main([str(out), str(a), str(b), "--command", "cmd"]) == 0
+    d = json.loads(out.read_text())
+    assert d["command"] == "cmd" and len(d["records"]) == 2
+    assert {r["median_us"] for r in d["records"] if r["M"] == 1} == {2.0}
+    bws = [lane["copy_bandwidth_Bps"] for lane in d["lanes"]]
+    assert abs(bws[0] - 2048 * 4096 / (8e-6 * 0.5)) < 1  # the M=16 record of lane a
+    assert abs(bws[1] - 2048 * 4096 / 2e-6) < 1  # lane b's M=1 record replaced lane a's
+
+
+def test_current_records_takes_the_newest_run_per_m(tmp_path, monkeypatch):
+    def write(name, recs):
+        (tmp_path / name).write_text(json.dumps({"copy_bandwidth_Bps": 3e12, "records": recs}))
+    write("old.json", [_rec(1, 1, 1, "k", 5.0, 1.0), _rec(1, 1, 1, "gone", 5.0, 1.0),
+                       _rec(1, 1, 16, "k", 7.0, 1.0)])
+    write("new.json", [_rec(1, 1, 1, "k", 3.0, 1.0), _rec(1, 1, 16, "k", 9.0, 1.0)])
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    monkeypatch.setattr(report, "CURRENT", (("old.json", None), ("new.json", (1,))))
+    got = {(r["M"], r["label"]): (r["median_us"], r["source"]) for r in report.current_records()}
+    # M=1: the new run replaces the old one, labels it lacks included; M=16: only old counts
+    assert got == {(1, "k"): (3.0, "new.json"), (16, "k"): (7.0, "old.json")}
