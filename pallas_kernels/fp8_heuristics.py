@@ -72,16 +72,20 @@ def _swap_mid(m: int | None, n: int, k: int, *, target_per_sm: int) -> MatmulCon
 def w8a16_heuristic(m: int | None, n: int, k: int, *, per_block: bool) -> MatmulConfig:
     """Session-2 sweep v3 (H200; 8192^2, 4096^2, 4096x28672; benchmarks/NOTES.md):
     M=1 gemv 1x16x256 w4 s4 at ~8 programs/SM 1.35-1.52x bf16 vs 1.21-1.56x for the 16-row MMA
-    tile (gemv loses from M=2 on); M=64 swap-AB 64x128x128 + fast_convert 1.17-1.24x vs
+    tile (gemv loses from M=2 on); sweep v4 (session 3): 1x8x256 with k_unroll 4 1.45-1.52x vs
+    1.22-1.51x for 1x16x256 (same run; 8192^2, 4096^2, 4096x28672, 18432x7168), and the
+    16-row MMA tile stays ahead of every gemv at M=2 and 4; M=64 swap-AB 64x128x128 + fast_convert 1.17-1.24x vs
     0.63-0.69x for run 1's 64x64x256; M=256 the same tile 0.52-0.63x vs 0.21-0.29x.
     M=4096 (run 2): swap-AB 256x128x64 w8 s3 449 TFLOP/s vs 371 for the best non-swapped tile;
     with fast_convert (session-2 grid, 8192x{8192,10240}) 0.69x bf16 vs 0.61x at M=4096."""
     if m is None:  # batch-invariant: one config for every M (the M=17..256 tile, split by N, K)
         return _swap_mid(None, n, k, target_per_sm=1)
-    if m == 1:
+    if m == 1:  # sweep v4 (session 3): 8-row tiles, 4 K-steps' loads hoisted, ~8 programs/SM
         bk = k_block(k, 256)
-        split = split_for(cdiv(n, 16), k, bk, target=8 * num_sms())
-        return MatmulConfig(1, 16, bk, num_warps=4, num_stages=4, split_k=split, variant="gemv")
+        u = _unroll(k, bk, 4)
+        split = split_for(cdiv(n, 8), k, bk * u, target=8 * num_sms())
+        return MatmulConfig(1, 8, bk, num_warps=4, num_stages=1, split_k=split, variant="gemv",
+                            k_unroll=u)
     if m <= 16:
         return _small_m(m, n, k, block_k=128, unroll=4, stages=3)
     if m <= 256:

@@ -37,6 +37,13 @@ def dequant_heuristic(m: int | None, n: int, k: int, *, elem_bits: int,
         split = split_for(cdiv(n, 64), k, bk, target=2 * num_sms())
         return MatmulConfig(16, 64, bk, num_warps=4, num_stages=3, split_k=split,
                             variant="swap")
+    if m == 1 and elem_bits == 8:
+        # Session 3 (H200, 11 shapes): the no-MMA gemv 1x16x256 at ~8 programs/SM 1.12-1.29x
+        # bf16 vs 0.95-1.21x for the 16-row tile. For e2m1 it lost (0.71-0.94x vs 1.00-1.52x):
+        # decoding e2m1 costs ~2x the instructions per weight, which the MMA tile hides.
+        bk = max(group, k_block(k, 256))
+        split = split_for(cdiv(n, 16), k, bk, target=8 * num_sms())
+        return MatmulConfig(1, 16, bk, num_warps=4, num_stages=1, split_k=split, variant="gemv")
     if m <= 64:
         bm = max(16, next_pow2(m))
         bk = max(group, k_block(k, decode_k if m <= 16 else 128))
@@ -45,9 +52,12 @@ def dequant_heuristic(m: int | None, n: int, k: int, *, elem_bits: int,
         return MatmulConfig(bm, 64, bk, num_warps=4, num_stages=3, split_k=split,
                             variant="swap")
     if m <= 256:
-        bk = max(group, k_block(k, 64))
-        split = split_for(cdiv(m, 64) * cdiv(n, 128), k, bk, target=num_sms())
-        return MatmulConfig(64, 128, bk, num_warps=4, num_stages=4, split_k=split,
+        # Session 3 (H200; 8192^2, 4096x28672, 14336x4096 at M=256): 128 activation rows per
+        # program decode each weight tile half as often as 64: 0.50-0.68x bf16 (NVFP4) and
+        # 0.49-0.58x (MXFP8) vs 0.21-0.38x for 64x128x64; the dense path 0.34-0.43x.
+        bk = max(group, k_block(k, 128))
+        split = split_for(cdiv(m, 128) * cdiv(n, 64), k, bk, target=2 * num_sms())
+        return MatmulConfig(128, 64, bk, num_warps=4, num_stages=3, split_k=split,
                             variant="swap")
     return MatmulConfig(128, 128, max(group, k_block(k, 64)), num_warps=8, num_stages=3,
                         variant="swap")
