@@ -34,32 +34,6 @@ def speedup_rows(recs, labels, ms, bw_stat, bw_name: str) -> list[str]:
     return rows
 
 
-def fp4_mx_section(path: pathlib.Path) -> list[str]:
-    d = json.loads(path.read_text())
-    recs = d["records"]
-    bf16 = [r for r in recs if r["label"] == "bf16"]
-    peak = max(r["tflops"] for r in bf16)
-    out = [f"### NVFP4 / MXFP4 / MXFP8 ({path.name})", "",
-           f"Device {d['device']}, jax {d['jax_version']}; measured in the same run: copy bandwidth "
-           f"{d['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, bf16 `jnp.dot` up to {peak:.0f} TFLOP/s. "
-           "Times are CUPTI device time (median); speedup = bf16 `jnp.dot` time / kernel time on "
-           "the same shape and M. 11 shapes (Llama-3-8B/70B, DeepSeek-V3).", "",
-           "Geomean over shapes (min-max), and median fraction of copy bandwidth on weight bytes:", ""]
-    labels = sorted({r["label"] for r in recs if r["label"] != "bf16" and "var[" not in r["label"]})
-    out += speedup_rows(recs, labels, (1, 16, 4096), statistics.median, "BW frac M<=16")
-    tf = [r for r in recs if r["M"] == 4096 and r["label"] in ("mxfp8:pallas_mxfp8", "scaled_dot_general_mxfp8", "bf16")]
-    out += ["", "MXFP8 at M=4096 against `jax.nn.scaled_dot_general` (mxfp8 config) and bf16:", "",
-            "| shape (K x N) | bf16 us | scaled_dot_general us | pallas_mxfp8 us | vs scaled_dot | vs bf16 |",
-            "|---|---|---|---|---|---|"]
-    for key in sorted({(r["K"], r["N"]) for r in tf}):
-        t = {r["label"]: r["median_us"] for r in tf if (r["K"], r["N"]) == key}
-        if len(t) == 3:
-            out.append(f"| {key[0]}x{key[1]} | {t['bf16']:.0f} | {t['scaled_dot_general_mxfp8']:.0f} | "
-                       f"{t['mxfp8:pallas_mxfp8']:.0f} | {t['scaled_dot_general_mxfp8'] / t['mxfp8:pallas_mxfp8']:.2f}x | "
-                       f"{t['bf16'] / t['mxfp8:pallas_mxfp8']:.2f}x |")
-    return out
-
-
 def fp8_section(path: pathlib.Path) -> list[str]:
     d = json.loads(path.read_text())
     out = [f"### FP8 ({path.name})", "",
@@ -95,66 +69,154 @@ def grid_section(paths: list[pathlib.Path], title: str) -> list[str]:
                               "BW frac M<=16 (max)")
 
 
+def sdg_section(path: pathlib.Path) -> list[str]:
+    """MXFP8 (W and A) against jax.nn.scaled_dot_general's mxfp8 config and bf16, per shape."""
+    recs = json.loads(path.read_text())["records"]
+    want = ("mxfp8:pallas_mxfp8", "scaled_dot_general_mxfp8", "bf16")
+    rows = [r for r in recs if r["label"] in want and r["M"] >= 1024]
+    out = [f"MXFP8 (`mxfp8:pallas_mxfp8`; at M >= 1024 default mode runs the dense path) against "
+           f"`jax.nn.scaled_dot_general` with the mxfp8 config (decomposed on Hopper) and bf16 "
+           f"`jnp.dot` ({path.name}):", "",
+           "| M | shape (K x N) | bf16 us | scaled_dot_general us | pallas_mxfp8 us | vs scaled_dot | vs bf16 |",
+           "|---|---|---|---|---|---|---|"]
+    for key in sorted({(r["M"], r["K"], r["N"]) for r in rows}):
+        t = {r["label"]: r["median_us"] for r in rows if (r["M"], r["K"], r["N"]) == key}
+        if len(t) == 3:
+            sdg, mx = t["scaled_dot_general_mxfp8"], t["mxfp8:pallas_mxfp8"]
+            out.append(f"| {key[0]} | {key[1]}x{key[2]} | {t['bf16']:.0f} | {sdg:.0f} | {mx:.0f} | "
+                       f"{sdg / mx:.2f}x | {t['bf16'] / mx:.2f}x |")
+    return out
+
+
 def tp_section(path: pathlib.Path) -> list[str]:
     d = json.loads(path.read_text())
     out = [f"### Tensor parallel ({path.name})", "",
-           f"{d['devices']} x {d['device']}, style {d['style']}, format "
-           f"`{d['rows'][0]['format']}`; timing: {d['timing']}. Llama-3-8B-shaped layers, random "
-           "weights. These wall times are dominated by something other than weight bytes (each "
-           "extra layer at M=1 costs ~180 us on one GPU for ~0.22 GB, ~65 us of reading; host "
-           "dispatch or per-kernel latency, which wall time cannot separate): they do not "
-           "measure TP scaling. bench_tp.py now also records CUPTI device time (not yet run). "
-           "NOTES.md: the megatron program of this run also had 5 collective-permutes per layer "
-           "(splitting the fused q/k/v and gate/up outputs), since removed by interleaving "
-           "the fused rows per shard (CPU-checked, not re-run here).", "",
-           "| layers | M | 1 GPU us | 2 GPUs us | speedup | rel. diff vs 1 GPU |", "|---|---|---|---|---|---|"]
+           f"{d['devices']} x {d['device']}, format `{d['rows'][0]['format']}`, Llama-3-8B-shaped "
+           f"layers with random weights; timing: {d['timing']}. `device` columns are the ones "
+           "to read: wall time at these sizes is host dispatch. Each row also says whether the "
+           "deterministic logits on the GPUs were bitwise those of one GPU.", "",
+           "| layers | style | M | 1 GPU device us | 2 GPUs device us | device speedup | wall speedup "
+           "| rel. diff (default mode) | det bitwise |", "|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
-        out.append(f"| {r['layers']} | {r['m']} | {r['t1_us']:.0f} | {r['tn_us']:.0f} | "
-                   f"{r['speedup']:.2f}x | {r['rel_err_vs_1']:.1e} |")
+        out.append(f"| {r['layers']} | {r['style']} | {r['m']} | {r['device_t1_us']:.0f} | "
+                   f"{r['device_tn_us']:.0f} | {r['device_speedup']:.2f}x | {r['speedup']:.2f}x | "
+                   f"{r['rel_err_vs_1']:.1e} | {r['det_bitwise']} |")
     return out
+
+
+# The newest measurement of every (format, kernel, M): later entries replace earlier ones for
+# the M they list (None: every M in the file).
+CURRENT = (
+    ("h200_fp8_grid_s2_decode.json", None), ("h200_fp8_grid_s2_large.json", None),
+    ("h200_fp8_grid_s3_large.json", None), ("h200_fp8_grid_s3_m1.json", (1,)),
+    ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
+)
+
+
+def current_records() -> list[dict]:
+    """Records of the committed grids, each tagged with its `source` file; where a later run
+    re-measured a (shape, M, label) -- or, for listed M, a whole M -- its records win."""
+    by_key: dict[tuple, dict] = {}
+    for name, ms in CURRENT:
+        path = RESULTS / name
+        if not path.exists():
+            continue
+        d = json.loads(path.read_text())
+        rows = [dict(r, source=name, copy_bw=d.get("copy_bandwidth_Bps")) for r in d["records"]
+                if ms is None or r["M"] in ms]
+        for m in (ms or ()):
+            fp4 = name.startswith("h200_fp4")  # a re-run replaces its family's rows at that M
+            by_key = {k: v for k, v in by_key.items()
+                      if not (k[2] == m and v["source"].startswith("h200_fp4") == fp4)}
+        for r in rows:
+            by_key[(r["K"], r["N"], r["M"], r["label"])] = r
+    return list(by_key.values())
+
+
+def plots() -> list[str]:
+    """Speedup-vs-M plots of the current records (bench_matmul.plot), FP8 and NVFP4/MX."""
+    import sys
+    sys.path.insert(0, str(HERE))
+    try:
+        from bench_matmul import plot
+    except ImportError:  # matplotlib / jqlin not importable: keep the committed PNGs
+        return []
+    recs = current_records()
+    made = []
+    for family, png in (("h200_fp8", "h200_fp8_grid_s3_all.png"),
+                        ("h200_fp4", "h200_fp4_mx_grid_s3_all.png")):
+        rows = [r for r in recs if r["source"].startswith(family)]
+        if rows:
+            plot({"device": "NVIDIA H200", "records": rows}, RESULTS / png)
+            made.append(f"`{png}` (from " + ", ".join(
+                f"`{n}`" for n in sorted({r["source"] for r in rows})) + ")")
+    return made
 
 
 def main() -> int:
     lines = ["# H200 performance report", "",
              "Generated by `python benchmarks/report.py` from the JSON in `benchmarks/results/`; "
-             "every figure was measured on the `nvidia-h200` device (one H200 SXM, jax 0.11.2). "
-             "`benchmarks/NOTES.md` has each kernel version, its prediction and the runs.", "",
+             "every figure was measured on H200 SXM GPUs (jax 0.11.2) through the device tool, "
+             "one measuring process per GPU. `benchmarks/NOTES.md` has each kernel version, its "
+             "prediction and the runs.", "",
              "## Roofline", "",
-             "* Memory: the XLA device copy measured 3.2-3.6 TB/s in these runs (KINDS.md's 4.3 TB/s "
+             "* Memory: the XLA device copy measured 3.0-3.7 TB/s in these runs (KINDS.md's 4.3 TB/s "
              "was a torch copy; a read-mostly kernel can exceed the copy figure, so BW fractions "
-             "above 1 occur). Decode (M <= 16) is bound by weight bytes: the ceiling over a "
-             "bandwidth-bound bf16 dot is 2 B / bytes-per-weight: fp8 1.94-2.0x, NVFP4 3.56x, MXFP4 3.76x.",
-             "* Arithmetic: bf16 `jnp.dot` 685-750 TFLOP/s at M=4096; XLA fp8 x fp8 (cuBLASLt, per-tensor) "
-             "1085 TFLOP/s on 8192^2.",
-             "* Decode limiter: not bytes. The fp8 x fp8 kernels and XLA's own fused multiply-reduce of "
-             "the dequantized weight (the `xla` path at M=1) stream at ~1.0-1.2x the copy figure; the "
-             "W8A16 kernels, which turn e4m3 into bf16 in the Triton body, reach 0.7-1.0 at M=1 and "
-             "0.6-0.85 at M=16 (NOTES.md: an integer-op conversion did not help the 16-row MMA tile, "
-             "so the conversion's place in the MMA pipeline, not its instruction count, limits).", "",
-             "## How to reproduce", "",
-             "```", "LANE0=\"tests grid:llama3-8b:1,16,64,256\" LANE1=\"grid:llama3-70b,deepseek-v3:1,16,64,256\" \\",
-             "  bash benchmarks/run_device_x2.sh                # FP8 decode grid on nvidia-h200-x2 (~6 min)",
-             "bash benchmarks/run_device.sh tests,full        # FP8: GPU tests + full grid, one GPU",
-             "bash benchmarks/run_device_fp4.sh tests,bench     # NVFP4 / MX",
+             "above 1 occur: bf16 `jnp.dot` itself reads at 1.1-1.3x it). Decode (M <= 16) is "
+             "bound by weight bytes: the ceiling over a bandwidth-bound bf16 dot is 2 B / "
+             "bytes-per-weight: fp8 1.94-2.0x, NVFP4 3.56x, MXFP4 3.76x, MXFP8 1.94x.",
+             "* Arithmetic: bf16 `jnp.dot` 685-750 TFLOP/s at M=4096; XLA fp8 x fp8 (cuBLASLt, "
+             "per-tensor) 1.57-1.61x bf16 at M >= 1024 (up to ~1280 TFLOP/s).",
+             "* Decode limiter: not bytes. The fp8 x fp8 kernels and XLA's own fused multiply-reduce "
+             "of the dequantized weight (the `xla` path at M=1) stream at ~1.0-1.2x the copy figure; "
+             "the W8A16 gemv reaches 0.56-1.06 at M=1, the 16-row MMA tile <= 0.82 at M=16 (the "
+             "e4m3 -> bf16 conversion's place in the MMA pipeline, NOTES.md), and the e2m1 kernels "
+             "are bound by decode instructions and latency (2.0-2.6 T weights/s whatever the bytes).",
+             "", "## How to reproduce", "",
+             "```",
+             "# lanes side by side, one process per GPU (nvidia-h200-x4; ~8 min per call):",
+             "LANE0=\"tests grid:llama3-8b:1,16,64,256\" LANE1=\"fp4:all:1,16,64,256,1024,4096,16384\" \\",
+             "  LANE2=\"grid:4096x6144,4096x4096:1024,4096,16384\" GPUS3=2,3 LANE3=\"tp\" \\",
+             "  bash benchmarks/run_device_lanes.sh   # -> $OUT/results.tgz; merge_lanes.py -> results/",
+             "PYTHONPATH=. python benchmarks/bench_matmul.py --out out   # FP8 grid, one GPU",
+             "PYTHONPATH=. python benchmarks/bench_fp4_mx.py --parts grid --out out   # NVFP4 / MX",
              "PYTHONPATH=. python benchmarks/bench_tp.py --out tp.json   # tensor parallel, 2+ GPUs",
-             "python -m jqlin bench                             # a small version, any GPU", "```", "",
-             "## Results", ""]
-    decode = RESULTS / "h200_fp8_grid_s2_decode.json"
-    if decode.exists():
-        lines += grid_section([decode], "FP8, decode and mid M (all 11 shapes)") + [""]
-    large = RESULTS / "h200_fp8_grid_s2_large.json"
-    if large.exists():
-        lines += grid_section([large], "FP8, prefill M (2 shapes; the rest of the grid did not "
-                              "run); W8A16 heuristics at M > 512 changed after this run") + [""]
+             "python -m jqlin bench                             # a small version, any GPU", "```",
+             "Each table names its source file, whose `command` field is the exact device command "
+             "(session 2's `run_device_x2.sh` is now `run_device_lanes.sh`; its `TP=1` prologue "
+             "became the `tp` lane step).",
+             "", "## Results", ""]
+    sections = [
+        ("h200_fp8_grid_s3_m1.json", "FP8 at M=1 (11 shapes; session 3, W8A16 gemv 1x8x256)"),
+        ("h200_fp8_grid_s2_decode.json", "FP8, decode and mid M (11 shapes; session 2: its M=1 "
+         "W8A16 rows are superseded by the table above)"),
+        ("h200_fp8_grid_s3_large.json", "FP8, prefill M (8 shapes; 8192x57344 did not finish "
+         "XLA's GEMM autotuning inside its lane)"),
+        ("h200_fp8_grid_s2_large.json", "FP8, prefill M, the other 2 shapes (session 2; W8A16 "
+         "tiles at M > 512 changed after this run)"),
+        ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
+         "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
+        ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
+         "session-3 heuristics (11 shapes)"),
+    ]
+    for name, title in sections:
+        path = RESULTS / name
+        if path.exists():
+            lines += grid_section([path], title) + [""]
+    grid4 = RESULTS / "h200_fp4_mx_grid_s3.json"
+    if grid4.exists():
+        lines += sdg_section(grid4) + [""]
     for p in sorted(RESULTS.glob("h200_fp8_speedup_vs_bf16.json")):
         lines += fp8_section(p) + [""]
-    for p in sorted(RESULTS.glob("h200_fp4_mx.json")):
-        lines += fp4_mx_section(p) + [""]
-    for p in sorted(RESULTS.glob("h200x2_tp.json")):
+    for p in sorted(RESULTS.glob("h200x2_tp_s3.json")):
         lines += tp_section(p) + [""]
+    made = plots()
+    if made:
+        lines += ["### Plots", "", "Speedup vs bf16 by M, geomean over each model's shapes: "
+                  + "; ".join(made) + ".", ""]
     lines += ["## Targets (issues 3 and 4)", "",
-              "None of the speed targets is met yet; the measured figure, the bound and the limiter "
-              "of each are in NOTES.md (FP8 status table and the NVFP4/MX section)."]
+              "None of the speed targets is met; NOTES.md's session-3 status table gives for each "
+              "the measured figure, the bound and the limiter."]
     (HERE / "REPORT.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'REPORT.md'}")
     return 0

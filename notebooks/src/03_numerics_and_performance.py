@@ -8,7 +8,7 @@
 #    device; this notebook only plots them).
 
 # %%
-import glob, json, pathlib
+import sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -74,15 +74,10 @@ for det in (False, True):
 # same run.
 
 # %%
-records = []
-for path in sorted(glob.glob("benchmarks/results/h200_*.json")):
-    if any(tag in path for tag in ("_run", "_before", "sweep")):
-        continue  # superseded runs and config sweeps kept for NOTES.md, not plotted
-    data = json.load(open(path))
-    if "records" not in data:
-        continue
-    for r in data["records"]:
-        records.append(dict(r, source=pathlib.Path(path).name, copy_bw=data.get("copy_bandwidth_Bps")))
+sys.path.insert(0, "benchmarks")
+from report import current_records  # the newest run of each (kernel, M); REPORT.md uses it too
+
+records = current_records()
 print(len(records), "records from", sorted({r["source"] for r in records}))
 
 def geomean(v):
