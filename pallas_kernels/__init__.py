@@ -12,5 +12,5 @@ from .fp8_w8a16 import w8a16_config, w8a16_matmul
 from .fp8_w8a8 import w8a8_config, w8a8_matmul
 
 __all__ = ["MatmulConfig", "cache_config", "cached_config", "clear_config_cache",
-           "deterministic_rows", "load_tuned_configs", "resolve_config", "fp8_matmul", "w8a16_matmul", "w8a8_matmul",
-           "w8a16_config", "w8a8_config"]
+           "deterministic_rows", "load_tuned_configs", "resolve_config", "fp8_matmul",
+           "w8a16_matmul", "w8a8_matmul", "w8a16_config", "w8a8_config"]

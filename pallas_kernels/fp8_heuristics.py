@@ -73,8 +73,9 @@ def w8a16_heuristic(m: int | None, n: int, k: int, *, per_block: bool) -> Matmul
     """Session-2 sweep v3 (H200; 8192^2, 4096^2, 4096x28672; benchmarks/NOTES.md):
     M=1 gemv 1x16x256 w4 s4 at ~8 programs/SM 1.35-1.52x bf16 vs 1.21-1.56x for the 16-row MMA
     tile (gemv loses from M=2 on); sweep v4 (session 3): 1x8x256 with k_unroll 4 1.45-1.52x vs
-    1.22-1.51x for 1x16x256 (same run; 8192^2, 4096^2, 4096x28672, 18432x7168), and the
-    16-row MMA tile stays ahead of every gemv at M=2 and 4; M=64 swap-AB 64x128x128 + fast_convert 1.17-1.24x vs
+    1.22-1.51x for 1x16x256 (same run; 8192^2, 4096^2, 4096x28672, 18432x7168); at M=2 the
+    best gemv only ties the 16-row MMA tile (0.94-1.19x vs 0.87-1.26x), at M=4 it loses;
+    M=64 swap-AB 64x128x128 + fast_convert 1.17-1.24x vs
     0.63-0.69x for run 1's 64x64x256; M=256 the same tile 0.52-0.63x vs 0.21-0.29x.
     M=4096 (run 2): swap-AB 256x128x64 w8 s3 449 TFLOP/s vs 371 for the best non-swapped tile;
     with fast_convert (session-2 grid, 8192x{8192,10240}) 0.69x bf16 vs 0.61x at M=4096."""
