@@ -2,7 +2,7 @@
 
 Small M: the packed weight must stream once, so tiles are narrow in M (the weight is the MMA's
 64-row A operand: "swap") and K is split until there are several programs per SM (decode is
-latency-bound, see benchmarks/NOTES.md). Large M: large tiles, one K range -- though in default
+latency-bound, see benchmarks/NOTES.md); e4m3 weights at M=1 take the no-MMA gemv instead. Large M: large tiles, one K range -- though in default
 mode M >= 1024 runs the dense path (mx_dense) instead of these kernels.
 
 Deterministic mode: the K schedule (block_k, split_k, variant, block_n, warps, stages) comes
@@ -39,8 +39,8 @@ def dequant_heuristic(m: int | None, n: int, k: int, *, elem_bits: int,
                             variant="swap")
     if m == 1 and elem_bits == 8:
         # Session 3 (H200, 11 shapes): the no-MMA gemv 1x16x256 at ~8 programs/SM 1.12-1.29x
-        # bf16 vs 0.95-1.21x for the 16-row tile. For e2m1 it lost (0.71-0.94x vs 1.00-1.52x):
-        # decoding e2m1 costs ~2x the instructions per weight, which the MMA tile hides.
+        # bf16 vs 0.95-1.21x for the 16-row tile. For e2m1 both gemv tiles lost (0.71-1.23x vs
+        # 1.00-1.52x; benchmarks/NOTES.md "Session 3"), so e2m1 keeps the MMA tile at M=1.
         bk = max(group, k_block(k, 256))
         split = split_for(cdiv(n, 16), k, bk, target=8 * num_sms())
         return MatmulConfig(1, 16, bk, num_warps=4, num_stages=1, split_k=split, variant="gemv")
