@@ -1,0 +1,54 @@
+"""The device benchmark scripts run end to end on CPU (their smoke modes), so a device call is
+never the first run of an edited script. Timings here mean nothing; the records' shape does."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(args, tmp_path, devices=1):
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    r = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return r.stdout
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_bench_matmul_records_every_format_against_bf16(tmp_path):
+    _run(["benchmarks/bench_matmul.py", "--shapes", "256x128", "--m", "1,3", "--formats",
+          "fp8_per_channel_a16,nvfp4_a16", "--reps", "1", "--out", str(tmp_path)], tmp_path)
+    recs = _jsonl(tmp_path / "bench.jsonl")
+    assert {r["M"] for r in recs} == {1, 3}
+    assert {r["format"] for r in recs if r["format"]} == {"fp8_per_channel_a16", "nvfp4_a16"}
+    assert all(r["speedup_vs_bf16"] > 0 for r in recs)
+    assert (tmp_path / "speedup_vs_bf16.png").stat().st_size > 0
+
+
+def test_bench_fp4_mx_grid_and_mid_parts(tmp_path):
+    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid", "--reps", "1",
+          "--out", str(tmp_path)], tmp_path)
+    labels = {r["label"] for r in _jsonl(tmp_path / "bench_fp4_mx.jsonl")}
+    for fmt in ("nvfp4", "nvfp4_a16", "mxfp4", "mxfp4_a16", "mxfp8", "mxfp8_a16"):
+        assert any(label.startswith(f"{fmt}:") for label in labels), (fmt, labels)
+    assert "nvfp4_a16:var[dense]" in labels and "bf16" in labels
+
+
+def test_bench_tp_two_host_devices(tmp_path):
+    out = tmp_path / "tp.json"
+    _run(["benchmarks/bench_tp.py", "--small", "--devices", "2", "--layers", "1", "--reps", "1",
+          "--out", str(out)], tmp_path, devices=2)
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["style"], r["m"]) for r in rows} == {
+        (s, m) for s in ("megatron", "column") for m in (1, 16, 256)}
+    assert all(r["det_bitwise"] for r in rows if r["style"] == "column")
