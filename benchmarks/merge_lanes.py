@@ -42,6 +42,7 @@ def main(argv=None) -> int:
     p.add_argument("--command", required=True, help="the device command that produced them")
     p.add_argument("--machine", default="nvidia-h200-x4 (one process per GPU)")
     p.add_argument("--device", default="NVIDIA H200")
+    p.add_argument("--jax-version", default="0.11.2", help="as the lanes' 'device:' lines print it")
     p.add_argument("--note", default="")
     p.add_argument("--plot", action="store_true", help="also draw <out>.png (bench_matmul.plot)")
     args = p.parse_args(argv)
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
         print("no records", file=sys.stderr)
         return 1
     bws = sorted(b for b in map(_copy_bw, recs) if b)
-    out = {"device": args.device, "jax_version": "0.11.2", "machine": args.machine,
+    out = {"device": args.device, "jax_version": args.jax_version, "machine": args.machine,
            "command": args.command, "note": args.note,
            "lanes": [{"copy_bandwidth_Bps": bws[0]}, {"copy_bandwidth_Bps": bws[-1]}],
            "copy_bandwidth_Bps": bws[len(bws) // 2], "records": recs}
