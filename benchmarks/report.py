@@ -176,7 +176,7 @@ def main() -> int:
              "```",
              "# lanes side by side, one process per GPU (nvidia-h200-x4; ~8 min per call):",
              "LANE0=\"tests grid:llama3-8b:1,16,64,256\" LANE1=\"fp4:all:1,16,64,256,1024,4096,16384\" \\",
-             "  LANE2=\"grid:4096x6144,4096x4096:1024,4096,16384\" GPUS3=2,3 LANE3=\"tp\" \\",
+             "  GPUS2=2,3 LANE2=\"tp\" \\",
              "  bash benchmarks/run_device_lanes.sh   # -> $OUT/results.tgz; merge_lanes.py -> results/",
              "PYTHONPATH=. python benchmarks/bench_matmul.py --out out   # FP8 grid, one GPU",
              "PYTHONPATH=. python benchmarks/bench_fp4_mx.py --parts grid --out out   # NVFP4 / MX",
