@@ -12,7 +12,7 @@
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
-PACK=${OUT:-/tmp/out}; OUT=/tmp/lanes_out; mkdir -p "$PACK" "$OUT"
+PACK=${OUT:-/tmp/out}; OUT=/tmp/lanes_out; rm -rf "$OUT"; mkdir -p "$PACK" "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (device README)
 FP8_FORMATS=fp8_per_tensor_a16,fp8_per_channel_a16,fp8_block_a16,fp8_per_tensor,fp8_ptpc,fp8_block
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -63,6 +63,15 @@ lane() {  # lane <gpus> <steps...>
     esac
   done
 }
+used=" "  # one measuring process per GPU: lanes may not share one (session 2's lesson)
+for i in 0 1 2 3 4 5 6 7; do
+  steps=LANE$i gpus=GPUS$i
+  [[ -z ${!steps:-} ]] && continue
+  for g in $(tr , ' ' <<< "${!gpus:-$i}"); do
+    [[ $used == *" $g "* ]] && { echo "run_device_lanes: GPU $g is in two lanes (LANE$i)"; exit 2; }
+    used+="$g "
+  done
+done
 for i in 0 1 2 3 4 5 6 7; do
   steps=LANE$i gpus=GPUS$i
   [[ -n ${!steps:-} ]] && lane "${!gpus:-$i}" ${!steps} > "$OUT/lane$i.log" 2>&1 &
