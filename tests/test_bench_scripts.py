@@ -52,3 +52,8 @@ def test_bench_tp_two_host_devices(tmp_path):
     assert {(r["style"], r["m"]) for r in rows} == {
         (s, m) for s in ("megatron", "column") for m in (1, 16, 256)}
     assert all(r["det_bitwise"] for r in rows if r["style"] == "column")
+
+
+def test_profile_cases_launches_every_case(tmp_path):
+    out = _run(["benchmarks/profile_cases.py"], tmp_path)
+    assert out.count("finite True") == 4, out

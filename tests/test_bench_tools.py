@@ -9,6 +9,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import merge_lanes  # noqa: E402
+import ncu_summary  # noqa: E402
 import report  # noqa: E402
 
 
@@ -44,3 +45,21 @@ def test_current_records_takes_the_newest_run_per_m(tmp_path, monkeypatch):
     got = {(r["M"], r["label"]): (r["median_us"], r["source"]) for r in report.current_records()}
     # M=1: the new run replaces the old one, labels it lacks included; M=16: only old counts
     assert got == {(1, "k"): (3.0, "new.json"), (16, "k"): (7.0, "old.json")}
+
+
+def test_ncu_summary_keeps_the_filtered_kernels(tmp_path):
+    head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+            '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+            '"Metric Value"')
+    row = '"{}","1","python3","h","{}","1","7","(128,1,1)","(64,1,1)","0","9.0","SOL","{}","{}","{}"'
+    path = tmp_path / "ncu.csv"
+    path.write_text("\n".join(["==PROF== connected", head,
+                               row.format(0, "fp8_w8a16", "Duration", "us", "24.5"),
+                               row.format(0, "fp8_w8a16", "DRAM Throughput", "%", "71.2"),
+                               row.format(0, "fp8_w8a16", "Not Kept", "", "1"),
+                               row.format(1, "loop_fusion", "Duration", "us", "2.0")]))
+    assert ncu_summary.summarize(str(path), "fp8_w8a") == [
+        "0 fp8_w8a16\n    Duration=24.5us; DRAM Throughput=71.2%"]
+    empty = tmp_path / "empty.csv"
+    empty.write_text("==PROF== nothing profiled\n")
+    assert "no ncu CSV header" in ncu_summary.summarize(str(empty))[0]
