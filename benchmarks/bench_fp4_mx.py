@@ -10,6 +10,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts decode,large
     PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts grid --shapes all \
         --m 1,16,64,256,1024,4096,16384       # the issue's grid: auto kernels and baselines
+    parts: decode (M=1,16 variants), large (M=4096), mid (M=64/256 tiles), det (det-mode K
+    schedules at M=1..4096), grid.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from jqlin import bench, dispatch
 from jqlin.kernels.pallas_fp4 import apply
 from pallas_kernels.common import MatmulConfig as C, cdiv
 from pallas_kernels.fp8_heuristics import num_sms, split_for
+from pallas_kernels.mx_heuristics import with_det_block_m
 
 DECODE_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096),
                  ("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 6144), ("llama3-8b", 4096, 4096),
@@ -134,6 +137,27 @@ def mid_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def det_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic-mode K schedules (prepared in session 3, not yet timed). Today's det config
+    (block_k 256 for e2m1, K split to ~2 programs/SM by N alone) ran at 0.35-0.47x bf16 at
+    M=256 and M >= 1024 against 0.45-0.96x for default mode: at large M its split writes
+    split x M x N float32 partials, at M=256 its 256-wide K-steps cost pipeline stages. Each
+    candidate is one K schedule (M-independent, as det mode needs) run at every M with
+    det mode's block_m for that M; the det target is within 1.15x of default at every M."""
+    ops = [bench.bf16_op()]
+    for fmt, bits, group in (("nvfp4_a16", 4, 16), ("mxfp8_a16", 8, 32)):
+        ops += [_auto(fmt), _auto(fmt, det=True)]
+        for tag, bk, per_sm in (("bk128-2perSM", 128, 2), ("bk128-1perSM", 128, 1),
+                                ("bk256-1perSM", 256, 1)):
+            base = C(16, 64, bk, num_warps=4, num_stages=3, variant="swap")
+            split = split_for(cdiv(n, 64), k, bk, target=per_sm * num_sms())
+            for m in (1, 16, 256, 4096):
+                cfg = with_det_block_m(dataclasses.replace(base, split_k=split), m,
+                                       elem_bits=bits, group=group)
+                ops.append(_variant(fmt, f"det-{tag}", m=m, config=cfg))
+    return ops
+
+
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
 
 
@@ -173,6 +197,8 @@ def main(argv=None) -> int:
             plan.append((LARGE_SHAPES, (4096,), large_ops))
         elif part == "mid":
             plan.append((MID_SHAPES, (64, 256), mid_ops))
+        elif part == "det":
+            plan.append((MID_SHAPES, (1, 16, 256, 4096), det_ops))
         elif part == "grid":
             plan.append((bench.parse_shapes(args.shapes),
                          tuple(int(v) for v in args.m.split(",")), lambda k, n: grid_ops()))

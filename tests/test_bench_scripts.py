@@ -35,8 +35,8 @@ def test_bench_matmul_records_every_format_against_bf16(tmp_path):
     assert (tmp_path / "speedup_vs_bf16.png").stat().st_size > 0
 
 
-def test_bench_fp4_mx_grid_and_mid_parts(tmp_path):
-    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid", "--reps", "1",
+def test_bench_fp4_mx_grid_mid_and_det_parts(tmp_path):
+    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid,det", "--reps", "1",
           "--out", str(tmp_path)], tmp_path)
     labels = {r["label"] for r in _jsonl(tmp_path / "bench_fp4_mx.jsonl")}
     for fmt in ("nvfp4", "nvfp4_a16", "mxfp4", "mxfp4_a16", "mxfp8", "mxfp8_a16"):
