@@ -34,20 +34,6 @@ def speedup_rows(recs, labels, ms, bw_stat, bw_name: str) -> list[str]:
     return rows
 
 
-def fp8_section(path: pathlib.Path) -> list[str]:
-    d = json.loads(path.read_text())
-    out = [f"### FP8 ({path.name})", "",
-           f"Device {d['device']}, jax {d['jax_version']}; copy bandwidth {d['copy_bandwidth_Bps'] / 1e12:.2f} "
-           "TB/s in the same run. Session 1's same-run ratios (sweep harness; its small-M figures "
-           "include host dispatch), kept for the large-M block / per-token W8A8 tiles.", "",
-           "| kernel | M | K x N | us | bf16 us | speedup | source |", "|---|---|---|---|---|---|---|"]
-    for name, rows in d["series"].items():
-        for r in rows:
-            out.append(f"| {name} | {r['M']} | {r['K']}x{r['N']} | {r['us']:.1f} | {r['bf16_us']:.1f} | "
-                       f"{r['speedup']:.2f}x | {r['source']} |")
-    return out
-
-
 def grid_section(paths: list[pathlib.Path], title: str) -> list[str]:
     """Geomean speedup vs bf16 over shapes (min-max) per kernel label and M; BW frac at M<=16."""
     recs, runs = [], []
@@ -206,8 +192,6 @@ def main() -> int:
     grid4 = RESULTS / "h200_fp4_mx_grid_s3.json"
     if grid4.exists():
         lines += sdg_section(grid4) + [""]
-    for p in sorted(RESULTS.glob("h200_fp8_speedup_vs_bf16.json")):
-        lines += fp8_section(p) + [""]
     for p in sorted(RESULTS.glob("h200x2_tp_s3.json")):
         lines += tp_section(p) + [""]
     made = plots()
