@@ -45,7 +45,9 @@ def resolve_dequant_config(kernel: str, *, m: int, n: int, k: int, elem_bits: in
     parts = int(extra or 1)
     if deterministic:
         return with_det_block_m(cfg, m, parts=parts, elem_bits=elem_bits, group=group)
-    return fit_smem(cfg, parts=parts, elem_bits=elem_bits, group=group, shrink_m=False)
+    # Float32 activations come as 3 bf16 parts: the 128-row tile of M=65..256 would need ~206 KB
+    # of stages, past the budget, so it runs with 64 rows (bf16 inputs keep 128).
+    return fit_smem(cfg, parts=parts, elem_bits=elem_bits, group=group, shrink_m=True)
 
 
 def path_for(m: int, deterministic: bool, config: MatmulConfig | None, path: str | None) -> str:

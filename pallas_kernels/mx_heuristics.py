@@ -75,14 +75,15 @@ def stage_bytes(cfg: MatmulConfig, *, parts: int, elem_bits: int, group: int) ->
 
 def fit_smem(cfg: MatmulConfig, *, parts: int, elem_bits: int, group: int,
              shrink_m: bool) -> MatmulConfig:
-    """Fewer stages (>= 2), then (shrink_m) a smaller block_m, until the stages fit.
+    """Fewer stages (down to 2), then (shrink_m) a smaller block_m, until the stages fit.
 
     Neither changes the K order: stages only pipeline loads, block_m only changes how many
     rows one program computes.
     """
     while True:
         per = stage_bytes(cfg, parts=parts, elem_bits=elem_bits, group=group)
-        stages = max(2, min(cfg.num_stages, SMEM_BUDGET // max(per, 1)))
+        # never more stages than the config asks for (the gemv runs with 1: it has no pipeline)
+        stages = min(cfg.num_stages, max(2, SMEM_BUDGET // max(per, 1)))
         if per * stages <= SMEM_BUDGET or not shrink_m or cfg.block_m <= 16:
             return dataclasses.replace(cfg, num_stages=stages)
         cfg = dataclasses.replace(cfg, block_m=cfg.block_m // 2)

@@ -177,3 +177,26 @@ def test_dense_path_matches(rng):
         ref = sum(np.asarray(p.astype(jnp.float32), np.float64) for p in parts) @ \
             np.asarray(qw.dequantize_storage(), np.float64).T
         assert _rel(y, ref) < 1e-6, fmt
+
+
+@pytest.mark.parametrize("elem_bits,group", [(4, 16), (8, 32)], ids=["e2m1", "e4m3"])
+@pytest.mark.parametrize("m", [1, 16, 64, 200, 256, 512, 4096])
+@pytest.mark.parametrize("parts", [1, 3], ids=["bf16", "f32-as-3-parts"])
+def test_default_configs_fit_shared_memory(elem_bits, group, m, parts):
+    """Every resolved default config keeps its pipeline stages inside the shared-memory budget
+    (f32 activations triple the activation bytes: the 128-row M=65..256 tile then runs 64 rows),
+    and never asks for more stages than its heuristic (the gemv has no pipeline: 1)."""
+    from pallas_kernels.fp4_matmul import resolve_dequant_config
+    from pallas_kernels.mx_heuristics import SMEM_BUDGET, dequant_heuristic, stage_bytes
+    for det in (False, True):
+        cfg = resolve_dequant_config("test", m=m, n=8192, k=8192, elem_bits=elem_bits,
+                                     group=group, deterministic=det, config=None,
+                                     extra=str(parts))
+        base = dequant_heuristic(None if det else m, 8192, 8192, elem_bits=elem_bits,
+                                 group=group)
+        used = stage_bytes(cfg, parts=parts, elem_bits=elem_bits, group=group) * cfg.num_stages
+        assert used <= SMEM_BUDGET, (cfg, used)
+        assert cfg.num_stages <= base.num_stages and cfg.block_k == base.block_k
+        assert cfg.split_k == base.split_k  # the K schedule is the heuristic's
+        if not det and parts == 1:
+            assert cfg.block_m == base.block_m  # bf16: the measured tile, unshrunk
