@@ -130,3 +130,21 @@ def test_quantkey_and_spec_validation():
     spec = jqlin.formats.get("nvfp4")
     assert hash(spec) == hash(jqlin.formats.get("nvfp4")) and spec.activation.row_local
     assert jqlin.formats.name_of(spec) == "nvfp4"
+
+
+@pytest.mark.parametrize("fmt,kernel,field,bad,message", [
+    ("fp8_per_channel_a16", "pallas_fp8_w8a16", "scale", "bfloat16",
+     "needs float32 weight scales for float32, got bfloat16"),
+    ("nvfp4_a16", "pallas_nvfp4", "data", "int8",
+     "needs uint8 weight data for float4_e2m1fn, got int8"),
+    ("mxfp8_a16", "pallas_mxfp8", "scale", "float32",
+     "needs uint8 weight scales for float8_e8m0fnu, got float32"),
+])
+def test_pallas_kernels_name_a_wrongly_stored_weight(rng, fmt, kernel, field, bad, message):
+    import dataclasses
+    import jax.numpy as jnp
+    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((64, 128)), jnp.float32), fmt)
+    wrong = dataclasses.replace(qw, **{field: getattr(qw, field).astype(bad)})
+    x = jnp.asarray(rng.standard_normal((2, 128)), jnp.bfloat16)
+    with pytest.raises(jqlin.UnsupportedSpecError, match=message):
+        jqlin.matmul(x, wrong, kernel=kernel)

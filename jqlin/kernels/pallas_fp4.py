@@ -36,6 +36,7 @@ from ..numerics import cast_e4m3, quantize_activation
 from ..numerics.tiling import expand
 from ..qweight import QuantizedWeight
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec
+from .pallas_common import HOPPER_PALLAS
 from .xla import pad_k
 
 __all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "nvfp4_activation_operand",
@@ -59,24 +60,6 @@ _W_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size
                       global_scale=(False,))
 _A_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
                       dynamic=(True,), global_scale=(False,))
-
-_DATA_DTYPE = {"float4_e2m1fn": jnp.uint8, "float8_e4m3fn": jnp.float8_e4m3fn}
-_SCALE_DTYPE = {"float8_e4m3fn": jnp.float8_e4m3fn, "float8_e8m0fnu": jnp.uint8}
-
-
-def _check_weight(m: int, k: int, qw: QuantizedWeight) -> str | None:
-    del m, k
-    if qw.layout != "nk":
-        return f"needs the canonical (N, K) layout, the weight has layout {qw.layout!r}"
-    wk = qw.spec.weight
-    want = jnp.dtype(_DATA_DTYPE[wk.dtype])
-    if qw.data.dtype != want:
-        return f"needs {want} weight data for {wk.dtype}, got {qw.data.dtype}"
-    want = jnp.dtype(_SCALE_DTYPE[wk.scale_dtype])
-    if qw.scale.dtype != want:
-        return f"needs {want} group scales, got {qw.scale.dtype}"
-    return None
-
 
 def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
     """Weight-only: the activation as exact bf16 parts, K padded to the storage."""
@@ -177,10 +160,6 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     return out
 
 
-_COMMON = dict(platforms=("gpu",), batch_invariant=True, priority=10,
-               min_compute_capability=(9, 0), interpret_on=("cpu",),
-               check_shapes=_check_weight)
-
 NVFP4 = register_kernel(Kernel(
     name="pallas_nvfp4",
     impl=_impl,
@@ -188,7 +167,7 @@ NVFP4 = register_kernel(Kernel(
     description="Pallas/Triton NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
                 "by the reference rule in a fused XLA pre-pass",
-    **_COMMON,
+    **HOPPER_PALLAS,
 ))
 
 MXFP4 = register_kernel(Kernel(
@@ -197,7 +176,7 @@ MXFP4 = register_kernel(Kernel(
     honours=((_W_MXFP4, WEIGHT_ONLY), (_W_MXFP4, _A_MXFP4)),
     description="Pallas/Triton MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
-    **_COMMON,
+    **HOPPER_PALLAS,
 ))
 
 MXFP8 = register_kernel(Kernel(
@@ -206,5 +185,5 @@ MXFP8 = register_kernel(Kernel(
     honours=((_W_MXFP8, WEIGHT_ONLY), (_W_MXFP8, _A_MXFP8)),
     description="Pallas/Triton MXFP8: e4m3 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
-    **_COMMON,
+    **HOPPER_PALLAS,
 ))

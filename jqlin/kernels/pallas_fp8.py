@@ -25,6 +25,7 @@ from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
 from ..qweight import QuantizedWeight
 from ..spec import Granularity, QuantSpec
+from .pallas_common import HOPPER_PALLAS
 from .xla import pad_k
 
 __all__ = ["W8A16", "W8A8", "BLOCK", "describe_config", "w8a16_apply", "w8a8_apply",
@@ -44,17 +45,6 @@ _A_TENSOR_TOKEN = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granu
                              scale_dtype=_F32, global_scale=(False,))
 _A_GROUP128 = KeyPattern(dtype=_E4M3, granularity=(Granularity.GROUP,), group_size=(128,),
                          dynamic=(True,), scale_dtype=_F32, global_scale=(False,))
-
-
-def _check_weight(m: int, k: int, qw: QuantizedWeight) -> str | None:
-    del m, k
-    if qw.layout != "nk":
-        return f"needs the canonical (N, K) layout, the weight has layout {qw.layout!r}"
-    if qw.data.dtype != jnp.float8_e4m3fn:
-        return f"needs float8_e4m3fn weight data, got {qw.data.dtype}"
-    if qw.scale.dtype != jnp.float32:
-        return f"needs float32 weight scales, got {qw.scale.dtype}"
-    return None
 
 
 def _weight_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
@@ -125,17 +115,13 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     return cfg.to_json()
 
 
-_COMMON = dict(platforms=("gpu",), batch_invariant=True, priority=10,
-               min_compute_capability=(9, 0), interpret_on=("cpu",),
-               check_shapes=_check_weight)
-
 W8A16 = register_kernel(Kernel(
     name="pallas_fp8_w8a16",
     impl=w8a16_impl,
     honours=((_W_TC, WEIGHT_ONLY), (_W_BLOCK, WEIGHT_ONLY)),
     description="Pallas/Triton FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
                 "accumulation; split-K / narrow N tiles for memory-bound decode",
-    **_COMMON,
+    **HOPPER_PALLAS,
 ))
 
 W8A8 = register_kernel(Kernel(
@@ -144,7 +130,7 @@ W8A8 = register_kernel(Kernel(
     honours=((_W_TC, _A_TENSOR_TOKEN),),
     description="Pallas/Triton FP8 x FP8 MMA, per-tensor/channel weights x per-tensor/token "
                 "activations (quantized by the reference rule in a fused XLA pre-pass)",
-    **_COMMON,
+    **HOPPER_PALLAS,
 ))
 
 BLOCK = register_kernel(Kernel(
@@ -153,5 +139,5 @@ BLOCK = register_kernel(Kernel(
     honours=((_W_BLOCK, _A_GROUP128),),
     description="Pallas/Triton block-scaled FP8 x FP8 (128x128 weight blocks, 1x128 dynamic "
                 "activation groups), per-K-block scaling of f32 partials",
-    **_COMMON,
+    **HOPPER_PALLAS,
 ))
