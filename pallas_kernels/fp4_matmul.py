@@ -22,8 +22,8 @@ from .mx_core import mx_dequant_matmul
 from .mx_dense import DENSE_MIN_M
 from .mx_heuristics import dequant_heuristic, fit_smem, with_det_block_m
 
-__all__ = ["nvfp4_matmul", "mxfp4_matmul", "resolve_dequant_config", "fp4_layout_for", "path_for",
-           "NVFP4_KERNEL", "MXFP4_KERNEL"]
+__all__ = ["nvfp4_matmul", "mxfp4_matmul", "dequant_matmul", "resolve_dequant_config",
+           "fp4_layout_for", "path_for", "NVFP4_KERNEL", "MXFP4_KERNEL"]
 
 NVFP4_KERNEL = "nvfp4_dequant"
 MXFP4_KERNEL = "mxfp4_dequant"
@@ -64,6 +64,25 @@ def fp4_layout_for(cfg: MatmulConfig, layout: str | None) -> str:
     return "split" if cfg.block_k >= 32 else "interleave"
 
 
+def dequant_matmul(kernel: str, x_parts: Sequence[jax.Array], w: jax.Array,
+                   w_scale: jax.Array, col_scale: jax.Array | None, *, elem: str, scale: str,
+                   group: int, post: str, out_dtype, deterministic: bool,
+                   config: MatmulConfig | None, path: str | None, interpret: bool, poison: bool,
+                   fp4_layout: str | None = None, decode: str | None = None) -> jax.Array:
+    """One format's entry (NVFP4 / MXFP4 / MXFP8): resolve the tile config and the path, then
+    run the shared dequantizing kernel (mx_core)."""
+    m, k = x_parts[0].shape
+    e2m1 = elem == "e2m1"
+    cfg = resolve_dequant_config(kernel, m=m, n=w.shape[0], k=k, elem_bits=4 if e2m1 else 8,
+                                 group=group, deterministic=deterministic, config=config,
+                                 extra=f"{len(x_parts)}")
+    return mx_dequant_matmul(x_parts, w, w_scale, col_scale, elem=elem, scale=scale,
+                             group=group, post=post, config=cfg, out_dtype=out_dtype,
+                             fp4_layout=fp4_layout_for(cfg, fp4_layout) if e2m1 else "split",
+                             decode=decode, path=path_for(m, deterministic, config, path),
+                             interpret=interpret, poison=poison, name=kernel)
+
+
 def nvfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
                  col_scale: jax.Array, *, post: str, out_dtype, deterministic: bool = False,
                  config: MatmulConfig | None = None, fp4_layout: str | None = None,
@@ -75,16 +94,11 @@ def nvfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
     """
     if post not in ("div", "mul"):
         raise ValueError(f"NVFP4 needs post 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
-    m, k = x_parts[0].shape
-    cfg = resolve_dequant_config(NVFP4_KERNEL, m=m, n=w.shape[0], k=k, elem_bits=4, group=16,
-                                 deterministic=deterministic, config=config,
-                                 extra=f"{len(x_parts)}")
-    return mx_dequant_matmul(x_parts, w, w_scale, col_scale, elem="e2m1", scale="e4m3",
-                             group=16, post=post, config=cfg, out_dtype=out_dtype,
-                             fp4_layout=fp4_layout_for(cfg, fp4_layout), decode=decode,
-                             path=path_for(m, deterministic, config, path),
-                             interpret=interpret,
-                             poison=poison, name=NVFP4_KERNEL)
+    return dequant_matmul(NVFP4_KERNEL, x_parts, w, w_scale, col_scale, elem="e2m1",
+                          scale="e4m3", group=16, post=post, out_dtype=out_dtype,
+                          deterministic=deterministic, config=config, path=path,
+                          interpret=interpret, poison=poison, fp4_layout=fp4_layout,
+                          decode=decode)
 
 
 def mxfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array, *, out_dtype,
@@ -93,13 +107,8 @@ def mxfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
                  path: str | None = None, interpret: bool = False,
                  poison: bool = False) -> jax.Array:
     """y (M, N) = sum(x_parts) @ (e2m1(w) * 2**(w_scale - 127))^T. w_scale: uint8 (N, K/32)."""
-    m, k = x_parts[0].shape
-    cfg = resolve_dequant_config(MXFP4_KERNEL, m=m, n=w.shape[0], k=k, elem_bits=4, group=32,
-                                 deterministic=deterministic, config=config,
-                                 extra=f"{len(x_parts)}")
-    return mx_dequant_matmul(x_parts, w, w_scale, None, elem="e2m1", scale="e8m0", group=32,
-                             post="none", config=cfg, out_dtype=out_dtype,
-                             fp4_layout=fp4_layout_for(cfg, fp4_layout), decode=decode,
-                             path=path_for(m, deterministic, config, path),
-                             interpret=interpret,
-                             poison=poison, name=MXFP4_KERNEL)
+    return dequant_matmul(MXFP4_KERNEL, x_parts, w, w_scale, None, elem="e2m1", scale="e8m0",
+                          group=32, post="none", out_dtype=out_dtype,
+                          deterministic=deterministic, config=config, path=path,
+                          interpret=interpret, poison=poison, fp4_layout=fp4_layout,
+                          decode=decode)

@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .common import MatmulConfig, resolve_config
-from .fp4_matmul import path_for, resolve_dequant_config
-from .mx_core import mx_dequant_matmul
+from .fp4_matmul import dequant_matmul
 from .mx_fp8mma import mxfp8_fp8mma_matmul
 from .mx_heuristics import fp8mma_heuristic
 
@@ -41,14 +40,10 @@ def mxfp8_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
                  path: str | None = None, interpret: bool = False,
                  poison: bool = False) -> jax.Array:
     """y (M, N) = sum(x_parts) @ (e4m3(w) * 2**(w_scale - 127))^T via bf16 MMAs."""
-    m, k = x_parts[0].shape
-    cfg = resolve_dequant_config(MXFP8_KERNEL, m=m, n=w.shape[0], k=k, elem_bits=8, group=32,
-                                 deterministic=deterministic, config=config,
-                                 extra=f"{len(x_parts)}")
-    return mx_dequant_matmul(x_parts, w, w_scale, None, elem="e4m3", scale="e8m0", group=32,
-                             post="none", config=cfg, out_dtype=out_dtype,
-                             path=path_for(m, deterministic, config, path), interpret=interpret,
-                             poison=poison, name=MXFP8_KERNEL)
+    return dequant_matmul(MXFP8_KERNEL, x_parts, w, w_scale, None, elem="e4m3", scale="e8m0",
+                          group=32, post="none", out_dtype=out_dtype,
+                          deterministic=deterministic, config=config, path=path,
+                          interpret=interpret, poison=poison)
 
 
 def mxfp8_w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,
