@@ -20,6 +20,7 @@ import pytest
 from jqlin import dispatch, formats, qweight
 from jqlin.errors import UnsupportedSpecError
 from jqlin.spec import GlobalScale, QuantSpec, ScaleRule
+from invariance import assert_rows_batch_invariant
 
 KERNEL_OF = {
     "nvfp4_a16": "pallas_nvfp4", "nvfp4": "pallas_nvfp4",
@@ -126,13 +127,8 @@ def test_fused_weight_per_row_globals(rng, fmt, rule):
 def test_batch_invariant_rows(rng, fmt):
     k, n = 128, 72
     _, qw = make(rng, formats.get(fmt), 1, n, k, jnp.float32)
-    kernel = KERNEL_OF[fmt]
-    for m in (2, 7, 64, 300):
-        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.float32)
-        y = np.asarray(dispatch.matmul(x, qw, kernel=kernel, deterministic=True))
-        for i in sorted({0, m // 2, m - 1}):
-            alone = np.asarray(dispatch.matmul(x[i:i + 1], qw, kernel=kernel, deterministic=True))
-            np.testing.assert_array_equal(alone[0], y[i], err_msg=f"{fmt} M={m} row {i}")
+    assert_rows_batch_invariant(qw, k, jnp.float32, rng, (2, 7, 64, 300), fmt,
+                                kernel=KERNEL_OF[fmt])
 
 
 def test_declarations_and_refusals(rng):

@@ -15,6 +15,7 @@ import pytest
 
 from jqlin import dispatch, formats, qweight
 from jqlin.kernels.pallas_fp4 import apply
+from invariance import assert_rows_batch_invariant
 
 pytestmark = pytest.mark.gpu
 
@@ -98,9 +99,4 @@ def test_gpu_asm_and_jnp_decoders_agree(rng, fmt):
 def test_gpu_batch_invariant_rows(rng, fmt):
     n, k = 4096, 4096
     _, qw = make(rng, fmt, 1, n, k, jnp.float32)
-    for m in (2, 7, 64, 300):
-        x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
-        y = np.asarray(dispatch.matmul(x, qw, deterministic=True))
-        for i in sorted({0, m // 2, m - 1}):
-            alone = np.asarray(dispatch.matmul(x[i:i + 1], qw, deterministic=True))
-            np.testing.assert_array_equal(alone[0], y[i], err_msg=f"{fmt} M={m} row {i}")
+    assert_rows_batch_invariant(qw, k, jnp.float32, rng, (2, 7, 64, 300), fmt)

@@ -21,6 +21,7 @@ from jqlin.kernels.xla import reference_activation
 from pallas_kernels import (MatmulConfig, cache_config, clear_config_cache, fp8_matmul,
                             resolve_config)
 from pallas_kernels.fp8_heuristics import w8a16_heuristic
+from invariance import assert_rows_batch_invariant
 
 KERNEL_OF = {
     "fp8_per_tensor_a16": "pallas_fp8_w8a16",
@@ -118,13 +119,8 @@ def test_fused_weight_with_padding_segments(rng, fmt):
 def test_batch_invariant_rows(rng, fmt):
     k, n = 256, 200
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
-    kernel = KERNEL_OF[fmt]
-    for m in (2, 7, 64, 300):
-        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
-        y = np.asarray(dispatch.matmul(x, qw, kernel=kernel, deterministic=True))
-        for i in sorted({0, m // 2, m - 1}):
-            alone = np.asarray(dispatch.matmul(x[i:i + 1], qw, kernel=kernel, deterministic=True))
-            np.testing.assert_array_equal(alone[0], y[i], err_msg=f"{fmt} M={m} row {i}")
+    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300), fmt,
+                                kernel=KERNEL_OF[fmt])
 
 
 def test_activation_codes_are_the_references(rng):
@@ -322,13 +318,7 @@ def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
 def test_gpu_batch_invariant_rows(rng, fmt):
     k, n = GPU_SHAPES[fmt]
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
-    for m in (2, 7, 64, 255, 4096):
-        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
-        y = np.asarray(dispatch.matmul(x, qw, deterministic=True).astype(jnp.float32))
-        for i in sorted({0, m // 2, m - 1}):
-            alone = dispatch.matmul(x[i:i + 1], qw, deterministic=True).astype(jnp.float32)
-            np.testing.assert_array_equal(np.asarray(alone)[0], y[i],
-                                          err_msg=f"{fmt} M={m} row {i}")
+    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 255, 4096), fmt)
 
 
 @pytest.mark.gpu
