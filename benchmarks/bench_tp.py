@@ -40,7 +40,8 @@ def build(cfg: LlamaConfig, fmt: str) -> Llama:
     return model
 
 
-def timed(model: Llama, ids: np.ndarray, reps: int, calls: int = 10) -> tuple[float, float]:
+def timed(model: Llama, ids: np.ndarray, reps: int, calls: int = 10,
+          deterministic: bool = False) -> tuple[float, float]:
     """(wall, device) seconds per forward. Wall: `calls` jitted forwards dispatched back to back,
     median over `reps` samples -- at small M this is host dispatch, not the GPUs. Device (GPUs
     only): CUPTI kernel time of the forward's module per call, the busiest device's sum (NCCL
@@ -50,7 +51,7 @@ def timed(model: Llama, ids: np.ndarray, reps: int, calls: int = 10) -> tuple[fl
     name = f"tp_forward_{next(_IDS)}"
 
     def forward(s, x):
-        return nnx.merge(graphdef, s)(x)
+        return nnx.merge(graphdef, s)(x, deterministic=deterministic)
     forward.__name__ = forward.__qualname__ = name
     f = jax.jit(forward)
     jax.block_until_ready(f(state, ids))
@@ -81,6 +82,9 @@ def main() -> int:
     ap.add_argument("--devices", type=int, default=len(jax.devices()))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--styles", default="megatron,column", help="shard_model styles to time")
+    ap.add_argument("--det", action="store_true",
+                    help="also time the deterministic forward (row-parallel: split partials "
+                         "gathered and added in order, where the layer allows)")
     ap.add_argument("--small", action="store_true", help="tiny shapes for a CPU smoke run")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -98,6 +102,8 @@ def main() -> int:
         ids_by_m = {m: np.random.default_rng(m).integers(3, cfg.vocab_size, (1, m)).astype(np.int32)
                     for m in (1, 16, 256)}
         one = {m: timed(single, ids, args.reps) for m, ids in ids_by_m.items()}
+        one_det = {m: timed(single, ids, args.reps, deterministic=True)
+                   for m, ids in ids_by_m.items()} if args.det else {}
         for style in styles:
             tp = build(cfg, args.format)
             layout = shard_model(tp, mesh, "tp", style=style)
@@ -111,6 +117,13 @@ def main() -> int:
                                  device_t1_us=d1 * 1e6, device_tn_us=dn * 1e6,
                                  device_speedup=d1 / dn, rel_err_vs_1=err, det_bitwise=det,
                                  modes=sorted(set(layout.values()))))
+                if args.det:
+                    (_, d1d), (_, dnd) = one_det[m], timed(tp, ids, args.reps,
+                                                           deterministic=True)
+                    rows[-1].update(device_t1_det_us=d1d * 1e6, device_tn_det_us=dnd * 1e6,
+                                    device_speedup_det=d1d / dnd)
+                    print(f"   deterministic device: {d1d * 1e6:9.1f} / {dnd * 1e6:9.1f} us "
+                          f"({d1d / dnd:5.2f}x)", flush=True)
                 print(f"layers={layers} {style:8s} M={m:<4} wall: 1 device {t1 * 1e6:9.1f} us, "
                       f"{n} devices {tn * 1e6:9.1f} us ({t1 / tn:5.2f}x); device: "
                       f"{d1 * 1e6:9.1f} / {dn * 1e6:9.1f} us ({d1 / dn:5.2f}x); rel.err {err:.1e}"

@@ -8,7 +8,8 @@
 # Steps: tests (all GPU-marked tests), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
 #        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py), sweep:<parts> (sweep_fp8.py,
 #        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode),
-#        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_ARGS).
+#        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_ARGS),
+#        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
@@ -55,6 +56,14 @@ lane() {  # lane <gpus> <steps...>
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_SWEEP:-300})" python3 benchmarks/sweep_fp8.py \
           --parts "$shapes" --out "$OUT/sweep_gpu${gpu}_$n.json" > "/tmp/sweep$gpu.log" 2>&1
         echo "sweep rc=$?"; python3 benchmarks/sweep_fp8.py --summary "$OUT/sweep_gpu${gpu}_$n.json";;
+      ncu)  # Nsight Compute on the decode kernels of profile_cases.py (filtered by name)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_NCU:-240})" ncu --target-processes all \
+          -k regex:fp8_w8a -c 8 --csv --page details --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats python3 benchmarks/profile_cases.py \
+          > "$OUT/ncu_gpu$gpu.csv" 2> "$OUT/ncu_gpu$gpu.err"
+        echo "ncu rc=$?"; tail -3 "$OUT/ncu_gpu$gpu.err"
+        python3 benchmarks/ncu_summary.py "$OUT/ncu_gpu$gpu.csv" --kernels fp8_w8a 2>&1 | head -60;;
       fp4parts)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
           --parts "$shapes" --reps 3 --out "/tmp/fp4p_$gpu" > "/tmp/fp4p$gpu.log" 2>&1

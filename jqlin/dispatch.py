@@ -66,6 +66,9 @@ class Kernel:
     interpret_on: tuple[str, ...] = ()  # platforms where a *forced* run uses Pallas interpret mode
     check_shapes: Callable[[int, int, QuantizedWeight], str | None] | None = None
     description: str = ""
+    # deterministic mode can run on one device's K-slice and finish the unsharded sum itself
+    # (pallas_kernels.k_shards): row-parallel layers are then bitwise the unsharded layer
+    k_sliced: bool = False
 
     def spec_mismatch(self, spec: QuantSpec) -> str | None:
         reasons = []

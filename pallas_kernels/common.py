@@ -12,13 +12,14 @@ import contextlib
 import dataclasses
 import json
 import pathlib
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import jax
 
 __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "cache_config",
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
-           "deterministic_rows", "NUM_SMS_DEFAULT"]
+           "deterministic_rows", "KShards", "KShardError", "k_shards", "current_k_shards",
+           "NUM_SMS_DEFAULT"]
 
 NUM_SMS_DEFAULT = 132  # H100/H200 SXM; only used by heuristics when the device cannot say
 _VARIANTS = ("mma", "swap", "gemv")
@@ -52,6 +53,10 @@ class MatmulConfig:
     k_unroll: loads of this many consecutive K-steps are issued together (bytes in flight).
     fast_convert: bf16 MMAs on e4m3 tiles convert with integer ops instead of the cvt chain
     (exact for every finite code; a NaN code becomes 480). Interpret mode converts with astype.
+    k_parts (MMA variants, split_k 1): K is accumulated as this many contiguous parts, each from
+    zero, scaled and added left to right inside the program -- the sums of split_k=k_parts
+    without partials in memory. Deterministic fp8 x fp8 configs use it so that a row-parallel
+    device can compute its parts alone (`k_shards`).
     """
 
     block_m: int
@@ -66,6 +71,7 @@ class MatmulConfig:
     fp8_mma: bool = True  # e4m3 x: False converts both tiles to bf16 (exact) for a bf16 MMA
     k_unroll: int = 1  # K-steps per loop iteration, their loads issued before any MMA
     fast_convert: bool = False  # e4m3 -> bf16 by bit placement in inline PTX (see fp8_convert)
+    k_parts: int = 1  # K sums of split_k=k_parts computed in one program (MMA variants)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -88,6 +94,11 @@ class MatmulConfig:
             raise ValueError(f"MatmulConfig.k_unroll must be >= 1, got {self.k_unroll}")
         if self.num_stages < 1 or self.split_k < 1 or self.group_m < 1:
             raise ValueError("MatmulConfig.num_stages, split_k and group_m must be >= 1")
+        if self.k_parts < 1 or (self.k_parts > 1 and (self.split_k > 1 or
+                                                       self.variant == "gemv")):
+            raise ValueError("MatmulConfig.k_parts must be >= 1, and > 1 only for MMA variants "
+                             f"with split_k 1; got k_parts={self.k_parts}, "
+                             f"split_k={self.split_k}, variant={self.variant!r}")
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -150,15 +161,78 @@ def deterministic_rows(n: int) -> Iterator[None]:
         yield
 
 
+class KShards(NamedTuple):
+    """A deterministic product computed as `count` equal K-slices, slice i on the device at
+    index i of mesh axis `axis` (a row-parallel layer)."""
+
+    axis: str
+    count: int
+
+
+class KShardError(ValueError):
+    """The deterministic K schedule cannot be cut at the device boundaries of a K-sharded
+    product (so a row-parallel result could not be bitwise the unsharded one)."""
+
+
+# Deterministic mode sums split-K partials left to right. A row-parallel device holding K-slice
+# i of P computes exactly splits [i*S/P, (i+1)*S/P) of the unsharded schedule when S % P == 0;
+# gathering every device's partials and adding them in split order then reproduces the
+# unsharded sum bit for bit (launch_split_k). Jit-cache-sensitive, like _DET_ROWS.
+_K_SHARDS = jax.make_user_context(default_value=None)
+
+
+@contextlib.contextmanager
+def k_shards(axis: str, count: int) -> Iterator[None]:
+    """Within (inside shard_map over `axis`): deterministic kernels get this device's K-slice of
+    a product of K = local K * `count`, run their part of the unsharded K schedule, and return
+    the whole (replicated) result: the split partials of all devices are all-gathered and summed
+    in split order. Raises KShardError (at trace time) where the schedule does not allow it."""
+    if count < 1:
+        raise ValueError(f"k_shards: count must be >= 1, got {count}")
+    with _K_SHARDS(KShards(str(axis), int(count))):
+        yield
+
+
+def current_k_shards() -> KShards | None:
+    """The enclosing `k_shards`, if any (read at trace time by the launch)."""
+    return _K_SHARDS.value
+
+
+def _shard_k_schedule(cfg: MatmulConfig, shards: KShards, k_total: int) -> MatmulConfig:
+    """The unsharded config `cfg` (for K = k_total) as one device's part: its share of the
+    split_k * k_parts K ranges, each run as a split of its own (partials gathered, then added in
+    order: the same sums as the unsharded program's)."""
+    step = cfg.block_k * cfg.k_unroll
+    if k_total % step:
+        raise KShardError(f"K={k_total} is not a whole number of {step}-wide K-steps, so the "
+                          f"last step would straddle the K-slices of {shards.count} devices")
+    ranges = cfg.split_k * cfg.k_parts
+    if ranges % shards.count:
+        raise KShardError(
+            f"the deterministic K schedule of this layer (K={k_total}: {ranges} split(s) of "
+            f"{k_total // ranges}) cannot be cut at the boundaries of {shards.count} "
+            f"K-slices (needs a split count that is a multiple of {shards.count})")
+    return dataclasses.replace(cfg, split_k=ranges // shards.count, k_parts=1)
+
+
 def resolve_config(kernel: str, *, m: int, n: int, k: int, deterministic: bool,
                    explicit: MatmulConfig | None, extra: str,
                    heuristic: Callable[[int | None, int, int], MatmulConfig]) -> MatmulConfig:
-    """explicit -> cached -> heuristic. The heuristic gets m=None in deterministic mode, and N of
-    an enclosing `deterministic_rows`."""
+    """explicit -> cached -> heuristic. The heuristic gets m=None in deterministic mode, N of
+    an enclosing `deterministic_rows` and the unsharded K of an enclosing `k_shards` (whose
+    config then runs split_k / count of its splits here)."""
+    shards = _K_SHARDS.value
+    if shards is not None and not deterministic:
+        raise KShardError("k_shards: only deterministic kernels run K-sliced (default mode sums "
+                          "row-parallel partials with an all-reduce)")
+    if shards is not None:
+        k = k * shards.count
     if explicit is not None:
-        return explicit
-    mm = None if deterministic else m
-    if deterministic and _DET_ROWS.value is not None:
-        n = _DET_ROWS.value
-    cfg = cached_config(kernel, m=mm, n=n, k=k, extra=extra)
-    return cfg if cfg is not None else heuristic(mm, n, k)
+        cfg = explicit
+    else:
+        mm = None if deterministic else m
+        if deterministic and _DET_ROWS.value is not None:
+            n = _DET_ROWS.value
+        cfg = cached_config(kernel, m=mm, n=n, k=k, extra=extra)
+        cfg = cfg if cfg is not None else heuristic(mm, n, k)
+    return cfg if shards is None else _shard_k_schedule(cfg, shards, k)

@@ -21,8 +21,10 @@ of the tile); out-of-range rows/cols read zeros and are never stored.
 
 Reduction order: within a program the K-steps run in order, each step's dot is one MMA chain
 over block_k; with split_k > 1 each split covers a contiguous K range and the float32 partials
-are summed afterwards left to right. So the order is a function of the config alone, and a
-config that does not depend on M gives batch-invariant rows.
+are summed afterwards left to right, then scaled by the whole-K scales (per-tensor / row /
+channel; block scales apply per K-block inside). k_parts > 1 computes the same part sums inside
+one program. So the order is a function of the config alone, and a config that does not depend
+on M gives batch-invariant rows.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
-from .launch import launch_split_k
+from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .fp8_convert import e4m3_to_bf16
 from .fp8_dot import fp8_dot
@@ -170,9 +172,26 @@ def _mma_body(*refs, p: _Static):
         return acc
 
     acc_shape = (bn, bm) if swap else (bm, bn)
-    acc = lax.fori_loop(0, p.steps_per_split, step, jnp.zeros(acc_shape, F32))
-    rs, cs = _scales(p, xs_ref, ws_ref, m0, n0, rm, rn, None)
-    acc = _apply(acc, rs, cs, swap)
+    zero = jnp.zeros(acc_shape, F32)
+    if cfg.k_parts == 1:
+        acc = lax.fori_loop(0, p.steps_per_split, step, zero)
+    else:
+        # One loop (one software pipeline); at the end of each part its sum joins the total
+        # and the accumulator restarts from zero: exactly the partials split_k=k_parts programs
+        # would store and the launch would add. (No scale between: a multiply feeding the add
+        # would be contracted into an FMA, which the launch's separate add is not.)
+        per_part = p.steps_per_split // cfg.k_parts
+
+        def part_step(i, carry):
+            acc, total = carry
+            acc = step(i, acc)
+            end = lax.rem(i + 1, jnp.int32(per_part)) == 0
+            return jnp.where(end, zero, acc), jnp.where(end, total + acc, total)
+
+        _, acc = lax.fori_loop(0, p.steps_per_split, part_step, (zero, zero))
+    if not writes_partials(cfg.split_k):  # else the launch scales the summed partials
+        rs, cs = _scales(p, xs_ref, ws_ref, m0, n0, rm, rn, None)
+        acc = _apply(acc, rs, cs, swap)
     if swap:
         acc = acc.T
     store_tile(o_ref, t, acc, p.m, cfg.split_k)
@@ -224,10 +243,26 @@ def _gemv_body(*refs, p: _Static):
     zero = jnp.zeros((bn, sbk), F32)
     accs = lax.fori_loop(0, p.steps_per_split, step, tuple(zero for _ in range(p.m)))
     _, cs = _scales(p, None, ws_ref, 0, n0, None, rn, None)
+    if writes_partials(cfg.split_k):  # the launch scales the summed partials
+        cs = None
     for r in range(p.m):
         acc = jnp.sum(accs[r], axis=1)
         acc = acc if cs is None else acc * cs
         store_tile(o_ref, t._replace(m0=r), acc[None, :], p.m, cfg.split_k)
+
+
+def _scale_sum(y: jax.Array, x_scale, w_scale, x_kind: str, w_kind: str) -> jax.Array:
+    """The whole-K scales of `_apply` (x per-tensor / per-row, w per-tensor / per-channel) on
+    the summed float32 split partials, in the same order (x's, then w's)."""
+    if x_kind == "tensor":
+        y = y * x_scale[0, 0]
+    elif x_kind == "row":
+        y = y * x_scale
+    if w_kind == "tensor":
+        y = y * w_scale[0, 0]
+    elif w_kind == "channel":
+        y = y * w_scale[:, 0][None, :]
+    return y
 
 
 def _check(name, arr, shape, dtypes):
@@ -254,9 +289,9 @@ def validate_config(cfg: MatmulConfig, *, k: int, per_block: bool, m: int,
         raise ValueError(f"block-scaled operands need K={k} to be a multiple of block_k * "
                          f"k_unroll = {cfg.block_k * cfg.k_unroll}")
     steps = cdiv(k, cfg.block_k * cfg.k_unroll)
-    if steps % cfg.split_k:
-        raise ValueError(f"split_k={cfg.split_k} must divide the {steps} K-steps "
-                         f"(K={k}, block_k={cfg.block_k}, k_unroll={cfg.k_unroll})")
+    if steps % (cfg.split_k * cfg.k_parts):
+        raise ValueError(f"split_k={cfg.split_k} x k_parts={cfg.k_parts} must divide the {steps} "
+                         f"K-steps (K={k}, block_k={cfg.block_k}, k_unroll={cfg.k_unroll})")
     return steps // cfg.split_k
 
 
@@ -316,4 +351,6 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     return launch_split_k(functools.partial(body, p=p), operands, m=m, n=n, tiles=tiles,
                           split_k=cfg.split_k, num_warps=cfg.num_warps,
                           num_stages=cfg.num_stages, out_dtype=out_dtype,
-                          poison=poison_output, interpret=interpret, name=name)
+                          poison=poison_output, interpret=interpret, name=name,
+                          finish=lambda y: _scale_sum(y, x_scale, w_scale, x_scale_kind,
+                                                      w_scale_kind))

@@ -12,7 +12,8 @@ import jax
 
 from .common import MatmulConfig, NUM_SMS_DEFAULT, cdiv, next_pow2
 
-__all__ = ["num_sms", "k_block", "split_for", "w8a16_heuristic", "w8a8_heuristic"]
+__all__ = ["num_sms", "k_block", "split_for", "det_k_parts", "w8a16_heuristic",
+           "w8a8_heuristic"]
 
 
 def num_sms() -> int:
@@ -107,10 +108,23 @@ def w8a16_heuristic(m: int | None, n: int, k: int, *, per_block: bool) -> Matmul
 _LARGE_FP8 = dict(num_warps=4, num_stages=4, promote_k=128, group_m=16)
 
 
+def det_k_parts(k: int, bk: int, most: int = 8) -> int:
+    """K parts of a deterministic single-split schedule: the most (<= `most`, a power of two)
+    that cut the K-steps evenly, so row-parallel layers over up to `most` devices can be
+    bitwise the unsharded layer (common.k_shards)."""
+    steps = cdiv(k, bk)
+    parts = most
+    while parts > 1 and steps % parts:
+        parts //= 2
+    return parts
+
+
 def w8a8_heuristic(m: int | None, n: int, k: int, *, per_block: bool) -> MatmulConfig:
     del per_block
-    if m is None:  # = the large-M default, so deterministic mode costs nothing at M > 32
-        return MatmulConfig(64, 128, k_block(k, 128), **_LARGE_FP8)
+    if m is None:  # the large-M default tile, so deterministic mode costs ~nothing at M > 32;
+        # K in up to 8 in-program parts (one more accumulator) for bitwise row parallelism
+        bk = k_block(k, 128)
+        return MatmulConfig(64, 128, bk, k_parts=det_k_parts(k, bk), **_LARGE_FP8)
     if m <= 32:  # fp8 MMA with 16-row tiles (mma.sync: precise, 2.4e-7 vs float64)
         return _small_m(m, n, k, block_k=256, unroll=1, stages=4)
     bk = k_block(k, 128)

@@ -3,7 +3,9 @@
 
 The partials are added left to right (split 0 + split 1 + ...), never as a tree whose shape
 could follow M: with a deterministic config the reduction order is then a function of the
-config alone, which is what batch invariance needs.
+config alone, which is what batch invariance needs. Inside `common.k_shards` (a row-parallel
+layer) every device runs its own splits of the unsharded schedule; the partials of all devices
+are gathered and added in the same order, so the result is the unsharded one bit for bit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-__all__ = ["launch_split_k", "sum_splits"]
+from .common import current_k_shards
+
+__all__ = ["launch_split_k", "sum_splits", "writes_partials"]
+
+
+def writes_partials(split_k: int) -> bool:
+    """Whether a launch of `split_k` splits writes float32 partials (and `finish` runs after
+    the sum, outside the kernel) rather than the finished output."""
+    return split_k > 1 or current_k_shards() is not None
 
 
 def sum_splits(y: jax.Array, split_k: int, m: int, n: int) -> jax.Array:
@@ -33,12 +43,12 @@ def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: 
                    finish: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
     """Run `body(*in_refs, out_ref)` on a (tiles, split_k) grid and return the (m, n) result.
 
-    With split_k > 1 every split writes float32 partials to its own (m, n) slab; they are summed
-    here and `finish` (float32 -> float32, e.g. a per-column scale) is applied before the cast
-    to out_dtype. poison: a test hook -- the output is a NaN-filled buffer passed in aliased
+    With split_k > 1 (or inside k_shards) every split writes float32 partials to its own (m, n)
+    slab; they are summed here (after gathering every device's, inside k_shards) and `finish`
+    (float32 -> float32, e.g. a per-column scale) is applied before the cast to out_dtype. poison: a test hook -- the output is a NaN-filled buffer passed in aliased
     (the body never sees it), so any element the kernel fails to write stays NaN.
     """
-    split = split_k > 1
+    split = writes_partials(split_k)
     out_shape = jax.ShapeDtypeStruct((split_k * m, n), jnp.float32 if split else out_dtype)
     operands = list(operands)
     aliases = {}
@@ -60,6 +70,10 @@ def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: 
         name=name,
     )(*operands)
     if split:
+        shards = current_k_shards()
+        if shards is not None:  # device order along the axis is K order: splits stay in order
+            y = jax.lax.all_gather(y, shards.axis, axis=0, tiled=True)
+            split_k *= shards.count
         total = sum_splits(y, split_k, m, n)
         y = (finish(total) if finish is not None else total).astype(out_dtype)
     return y

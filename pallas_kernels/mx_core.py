@@ -41,7 +41,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
-from .launch import launch_split_k
+from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .mx_dense import dense_dequant_matmul
 from .mx_decode import (ASM_NVFP4_ACC_SHIFT, ASM_NVFP4_SCALE_SHIFT, E2M1_DECODE_SHIFT,
@@ -183,7 +183,7 @@ def _body(*refs, p: _Static):
                         jnp.zeros((bn, bm) if swap else (bm, bn), F32))
     if swap:
         acc = acc.T
-    if cfg.split_k == 1:
+    if not writes_partials(cfg.split_k):
         acc = _post(p, acc, c_ref, n0, rn, n_lim)
     store_tile(o_ref, t, acc, p.m, cfg.split_k)
 
@@ -227,7 +227,7 @@ def _gemv_body(*refs, p: _Static):
     accs = lax.fori_loop(0, p.steps_per_split, step, tuple(zero for _ in range(p.m)))
     for r in range(p.m):
         acc = jnp.sum(accs[r], axis=1)[None, :]
-        if cfg.split_k == 1:
+        if not writes_partials(cfg.split_k):
             acc = _post(p, acc, c_ref, n0, rn, n_lim)
         store_tile(o_ref, t._replace(m0=r), acc, p.m, cfg.split_k)
 
@@ -278,6 +278,9 @@ def validate_config(cfg: MatmulConfig, *, k: int, group: int, split_nibbles: boo
                          f"got {cfg.block_k}")
     if cfg.variant == "gemv" and m is not None and m > 4:
         raise ValueError(f"the gemv variant serves M <= 4 rows, got M={m}")
+    if cfg.k_parts != 1:
+        raise ValueError(f"k_parts={cfg.k_parts}: the dequantizing kernels run K parts as "
+                         f"split_k (k_parts is an fp8 x fp8 option)")
     if cfg.block_k % group or cfg.block_k < group:
         raise ValueError(f"block_k={cfg.block_k} must be a multiple of the scale group {group}")
     if k % cfg.block_k:

@@ -107,6 +107,8 @@ def mxfp8_fp8mma_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale
     steps = k // cfg.block_k
     if steps % cfg.split_k:
         raise ValueError(f"split_k={cfg.split_k} must divide the {steps} K-steps")
+    if cfg.k_parts != 1:
+        raise ValueError(f"k_parts={cfg.k_parts}: this kernel runs K parts as split_k")
     p = _Static(m, n, k, cfg, steps // cfg.split_k)
     # Weight exponents decoded once here (N*K/32 values, an XLA pass of a few us): decoded in
     # the kernel, Triton repeats the decode for every accumulator element it broadcasts to.

@@ -35,4 +35,4 @@ def check_stored_weight(m: int, k: int, qw: QuantizedWeight) -> str | None:
 # reference where they honour a spec; on CPU they run in interpret mode (CI's kernel checks).
 HOPPER_PALLAS = dict(platforms=("gpu",), batch_invariant=True, priority=10,
                      min_compute_capability=(9, 0), interpret_on=("cpu",),
-                     check_shapes=check_stored_weight)
+                     check_shapes=check_stored_weight, k_sliced=True)

@@ -2,14 +2,17 @@
 
 Two layouts:
 - "megatron": q/k/v and gate/up column-parallel, o_proj and down_proj row-parallel (their
-  float32 partial products are summed across devices). Fewer bytes move, but the K reduction
-  of the row-parallel layers is split, so results differ from one device in the last bits.
+  float32 partial products are summed across devices). Fewer bytes move. Default mode sums
+  with an all-reduce, so results differ from one device in the last bits; deterministic mode
+  on the Pallas kernels adds the devices' split-K partials in the unsharded order, bitwise one
+  device's, where the layer's K schedule divides over the devices (else it warns; see
+  docs/parallel.md).
   Fused q/k/v and gate/up weights get their rows interleaved per shard first
   (`FusedLinear.interleave_for`), so each device holds its own heads of q, k and v and the
   split of the fused output stays on the device: two all-reduces per layer, nothing else.
 - "column": every quantized layer column-parallel. Each device computes whole output columns
-  with the unsharded layer's arithmetic, so logits are bitwise those of one device; this is
-  the layout for deterministic (batch-invariant) serving.
+  with the unsharded layer's arithmetic, so logits are bitwise those of one device in
+  deterministic mode for every format and kernel.
 Everything else (embeddings, norms, an unquantized lm_head) is replicated over the mesh.
 """
 

@@ -4,7 +4,11 @@ around the kernel.
 Column parallel splits the output features N: every device holds whole rows of codes with
 their row scales and computes its own output columns from the full activation, so the numerics
 are those of the unsharded layer. Row parallel splits the input features K: every device
-multiplies its K-slice and the partial products are summed (`psum`, in float32).
+multiplies its K-slice and the partial products are summed (`psum`, in float32). In
+deterministic mode the Pallas kernels instead run each device's part of the unsharded K
+schedule and add all devices' split-K partials in the unsharded order
+(`pallas_kernels.k_shards`): bitwise the unsharded layer. Where that cannot be (the XLA
+kernel, or a K schedule with fewer splits than devices) the psum stays, with a warning.
 
 A shard boundary may never cut a scale tile: block rows (column) or block/group columns (row)
 must be whole on each device; an error names the tensor and the sizes. Dynamic activation
@@ -17,15 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from pallas_kernels import deterministic_rows
+from pallas_kernels import KShardError, deterministic_rows, k_shards
 
-from ..dispatch import matmul
+from ..dispatch import explain, matmul, registered_kernels
 from ..numerics.tiling import sharded_amax
 from ..qweight import QuantizedWeight
 from ..spec import Granularity
@@ -226,20 +231,48 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
             return logical.trim_rows(_put(y, tp.mesh, P(batch, None)))
     else:
         def body(xl, *parts):
+            w = local_weight(parts, (rows, cols // tp.size))
             with sharded_amax(batch, tp.axis):  # K split: row-spanning amaxes join across it
-                yl = matmul(xl, local_weight(parts, (rows, cols // tp.size)), **opts)
+                if deterministic:
+                    why = _k_slice_problem(xl, w, opts)
+                    if why is None:
+                        try:
+                            with k_shards(tp.axis, tp.size):  # the unsharded sum, on every device
+                                return matmul(xl, w, **opts)
+                        except KShardError as e:
+                            why = str(e)
+                    warnings.warn(
+                        f"row-parallel {n}x{k} layer, deterministic=True: {why}. Its float32 "
+                        f"partial products are all-reduced instead, so results differ from one "
+                        f"device in the last bits (column parallel keeps them bitwise)",
+                        stacklevel=1)
+                # f32 partials: summing rounded bf16 partials would add error the unsharded
+                # layer lacks
+                yl = matmul(xl.astype(jnp.float32), w, **opts)
             return jax.lax.psum(yl, tp.axis)
 
         mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, tp.axis), *specs),
                                out_specs=P(batch, None), check_vma=False)
 
         def run(x2, *arrays):
-            # f32 partials: summing rounded bf16 partials would add error the unsharded layer lacks
-            xp = jnp.pad(x2.astype(jnp.float32), ((0, 0), (0, cols - k)))
+            xp = jnp.pad(x2, ((0, 0), (0, cols - k)))
             xp, arrays = _placed(tp.mesh, P(batch, tp.axis), xp, specs, arrays)
             y = _put(mapped(xp, *arrays), tp.mesh, P(batch, None))
             return logical.trim_rows(y).astype(x2.dtype)
     return jax.jit(run)
+
+
+def _k_slice_problem(xl: jax.Array, w: QuantizedWeight, opts: dict) -> str | None:
+    """None if the kernel `matmul` picks can run this device's K-slice of the deterministic
+    schedule (pallas_kernels.k_shards), else why not."""
+    ex = explain(xl, w, kernel=opts["kernel"], deterministic=True,
+                 weight_only=opts["weight_only"])
+    if ex.chosen is None:  # matmul raises with the explanation
+        return None
+    if not registered_kernels()[ex.chosen].k_sliced:
+        return (f"kernel {ex.chosen!r} cannot run a K-slice of its deterministic schedule "
+                f"(the Pallas kernels can)")
+    return None
 
 
 def _put(a: jax.Array, mesh: Mesh, spec: P) -> jax.Array:

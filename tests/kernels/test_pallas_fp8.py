@@ -175,6 +175,12 @@ CASES = [  # (variant, x_kind, w_kind, M, N, K, config)
                                                           fast_convert=True)),
     ("mma", "row", "channel", 3, 136, 256, MatmulConfig(16, 32, 128, fp8_mma=False,
                                                          fast_convert=True)),
+    # k_parts: K accumulated in parts within the program (deterministic fp8 x fp8)
+    ("mma", "row", "channel", 19, 200, 512, MatmulConfig(16, 32, 128, promote_k=64, k_parts=2)),
+    ("swap", "tensor", "tensor", 2, 96, 512, MatmulConfig(16, 32, 64, variant="swap",
+                                                          k_parts=4)),
+    ("mma", "group", "block", 17, 256, 512, MatmulConfig(16, 128, 128, promote_k=128,
+                                                          k_parts=4)),
 ]
 
 
@@ -201,6 +207,39 @@ def _run_variant(rng, case, *, interpret: bool, acc_rtol: float):
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}-M{c[3]}" for c in CASES])
 def test_launch_variants_poisoned(rng, case):
     _run_variant(rng, case, interpret=True, acc_rtol=CPU_ACC_RTOL)
+
+
+def _k_parts_vs_split_k(rng, x_kind, w_kind, m, n, k, cfg, parts, interpret):
+    """k_parts=parts computes exactly the sums of split_k=parts (each part from zero, scaled,
+    added left to right): what lets a row-parallel device run its parts alone."""
+    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.float8_e4m3fn)
+    xs = jnp.asarray(rng.uniform(0.5, 2.0, {"tensor": (1, 1), "row": (m, 1),
+                                             "group": (m, k // 128)}[x_kind]), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.5, 2.0, {"channel": (n, 1), "block": (n // 128, k // 128)}
+                                 [w_kind]), jnp.float32)
+    run = lambda c: np.asarray(jax.jit(lambda *a: fp8_matmul(
+        *a, x_scale_kind=x_kind, w_scale_kind=w_kind, config=c, out_dtype=jnp.float32,
+        interpret=interpret))(x, xs, w, ws))
+    import dataclasses
+    parted = run(dataclasses.replace(cfg, k_parts=parts))
+    split = run(dataclasses.replace(cfg, split_k=parts))
+    whole = run(cfg)
+    assert np.array_equal(parted.view(np.uint32), split.view(np.uint32))
+    assert not np.array_equal(parted, whole)  # the parts do change the sums: the check has teeth
+
+
+@pytest.mark.parametrize("x_kind,w_kind", [("row", "channel"), ("group", "block")])
+def test_k_parts_are_the_split_k_sums(rng, x_kind, w_kind):
+    _k_parts_vs_split_k(rng, x_kind, w_kind, 9, 256, 1024,
+                        MatmulConfig(16, 64, 128, promote_k=128), 4, interpret=True)
+
+
+def test_k_parts_validation():
+    with pytest.raises(ValueError, match="k_parts"):
+        MatmulConfig(16, 64, 128, split_k=2, k_parts=2)
+    with pytest.raises(ValueError, match="k_parts"):
+        MatmulConfig(1, 64, 128, variant="gemv", k_parts=2)
 
 
 def test_launch_rejects_bad_arguments(rng):
@@ -319,6 +358,15 @@ def test_gpu_batch_invariant_rows(rng, fmt):
     k, n = GPU_SHAPES[fmt]
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
     assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 255, 4096), fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_kind,w_kind", [("row", "channel"), ("group", "block")])
+def test_gpu_k_parts_are_the_split_k_sums(rng, x_kind, w_kind):
+    # the deterministic fp8 x fp8 tile (64x128x128, promotion every 128) at K = 8 * 512
+    _k_parts_vs_split_k(rng, x_kind, w_kind, 200, 384, 4096,
+                        MatmulConfig(64, 128, 128, num_warps=4, num_stages=4, promote_k=128,
+                                     group_m=16), 8, interpret=False)
 
 
 @pytest.mark.gpu

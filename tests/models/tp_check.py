@@ -69,6 +69,64 @@ def check_layer_bitwise(fmt: str, n: int, shape: tuple[int, int] = (6144, 4096))
     print(f"ok {fmt} {shape} column deterministic devices={n}: bitwise at M=1, 7")
 
 
+def check_row_bitwise(fmt: str, n: int, shape: tuple[int, int] = (4096, 14336)) -> None:
+    """A Llama-3-8B down_proj-sized QuantDense, row-parallel (K split) over n devices,
+    deterministic: bitwise the one-device layer at M in {1, 7, 64}. Each device runs its splits
+    of the unsharded K schedule; the split partials of all devices are summed in split order
+    (pallas_kernels.k_shards). GPU only: on CPU the kernel would be the XLA one."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import jqlin
+    from jqlin.nn import QuantDense
+    rng = np.random.default_rng(2)
+    w = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    qd = QuantDense.from_quantized(jqlin.quantize(w, fmt))
+    sharded = nnx.clone(qd)
+    sharded.shard(Mesh(np.array(jax.devices()[:n]), ("tp",)), "row", "tp")
+    for m in (1, 7, 64):  # float32 activations: a bf16 output would round most differences away
+        x = jnp.asarray(rng.standard_normal((m, shape[1])), jnp.float32)
+        ref = np.asarray(qd(x, deterministic=True))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback to the all-reduce
+            got = np.asarray(sharded(x, deterministic=True))
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), \
+            f"{fmt} row det M={m}: max diff {np.abs(got - ref).max()}"
+    print(f"ok {fmt} {shape} row deterministic devices={n}: bitwise at M=1, 7, 64")
+
+
+def check_megatron_bitwise(fmt: str, n: int) -> None:
+    """A random Llama (heads divide over the devices) in the megatron layout, deterministic:
+    logits and greedy tokens bitwise those of one device. GPU only, as check_row_bitwise."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import jqlin
+    from jqlin.models.llama import Llama, LlamaConfig
+    cfg = LlamaConfig(num_hidden_layers=2, vocab_size=512, hidden_size=2048,
+                      intermediate_size=4096, num_attention_heads=16, num_key_value_heads=8,
+                      head_dim=128)
+    models = []
+    for _ in range(2):
+        m = Llama(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
+        jqlin.quantize_model(m, [("lm_head", None), ("*", fmt)])
+        models.append(m)
+    base, model = models
+    layout = shard_model(model, Mesh(np.array(jax.devices()[:n]), ("tp",)), "tp",
+                         style="megatron")
+    assert "row" in layout.values()
+    ids = np.random.default_rng(3).integers(3, cfg.vocab_size, (1, 7)).astype(np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        det = np.asarray(model(ids, deterministic=True))
+        toks = np.asarray(model.generate(ids, 6, deterministic=True).tokens)
+    ref = np.asarray(base(ids, deterministic=True))
+    toks_ref = np.asarray(base.generate(ids, 6, deterministic=True).tokens)
+    assert np.array_equal(det, ref), f"{fmt} megatron det: max diff {np.abs(det - ref).max()}"
+    assert np.array_equal(toks, toks_ref), f"{fmt} megatron det tokens differ"
+    print(f"ok {fmt} megatron deterministic devices={n}: logits and tokens bitwise")
+
+
 def check_collectives(fmt: str, n: int) -> None:
     """Megatron layout of a random Llama: per layer exactly the two all-reduces of o_proj and
     down_proj (fused q/k/v and gate/up interleaved per shard, so splitting their outputs moves
@@ -113,6 +171,12 @@ if __name__ == "__main__":
     check(os.path.join(fixtures, "modelopt_nvfp4"), "column", n)
     for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
         check_layer_bitwise(fmt, n)
+    if jax.default_backend() == "gpu":  # the Pallas kernels (interpret-mode twin: sharding_check)
+        for fmt in ("fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc", "fp8_block",
+                    "nvfp4_a16", "nvfp4", "mxfp8"):
+            check_row_bitwise(fmt, n)
+        for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
+            check_megatron_bitwise(fmt, n)
     check_collectives("fp8_block", n)
     check_collectives("mxfp8", n)
     print("ALL OK")

@@ -138,6 +138,59 @@ for fmt, kernel, k in [("fp8_per_channel_a16", "pallas_fp8_w8a16", 1024),
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), fmt
     print(f"ok {fmt} column deterministic {kernel}: bitwise (shard N 128 of 512)")
 
+# Deterministic row-parallel layers on the Pallas kernels are bitwise the unsharded layer:
+# each device runs its splits of the unsharded K schedule and the split partials of all devices
+# are added in split order. K=2048 gives 4 splits, 2 per device: a psum would add
+# (s0 + s1) + (s2 + s3) instead of ((s0 + s1) + s2) + s3, and NVFP4's global scale would come
+# before the sum -- float32 outputs show those last bits (the fallback fails these checks).
+import warnings  # noqa: E402
+fp8_h.num_sms = mx_h.num_sms = lambda: 132  # the real heuristics again
+mesh2 = jax.make_mesh((4, 2), ("data", "model"))
+x2048 = jnp.asarray(rng.standard_normal((2, 3, 2048)), jnp.float32)
+
+
+def row_bitwise(fmt, kernel, tp_mesh, x_dtype=jnp.float32, n=256):
+    xk = x2048.astype(x_dtype)
+    qd = layer(fmt, n, 2048, x2048)
+    call = dict(kernel=kernel, deterministic=True)
+    ref = np.asarray(qd(xk, **call))
+    sharded = nnx.clone(qd)
+    sharded.shard(tp_mesh, "row", "model", batch_axis="data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the bitwise path: no fallback warning
+        got = np.asarray(sharded(xk, **call))
+    assert got.dtype == ref.dtype and np.array_equal(got, ref), (fmt, tp_mesh.shape)
+    assert np.isfinite(ref.astype(np.float32)).all() and np.abs(ref.astype(np.float32)).max() > 0
+    print(f"ok {fmt} row deterministic {kernel} over {tp_mesh.shape['model']}: bitwise "
+          f"({jnp.dtype(x_dtype).name} x)")
+
+
+for fmt, kernel in [("fp8_per_channel_a16", "pallas_fp8_w8a16"),
+                    ("fp8_block_a16", "pallas_fp8_w8a16"), ("nvfp4_a16", "pallas_nvfp4"),
+                    ("nvfp4", "pallas_nvfp4"), ("mxfp8", "pallas_mxfp8"),
+                    # fp8 x fp8: one program sums K in 8 parts; a device runs its 4 as splits
+                    ("fp8_ptpc", "pallas_fp8_w8a8"), ("fp8_block", "pallas_fp8_block")]:
+    row_bitwise(fmt, kernel, mesh2)
+row_bitwise("fp8_per_channel_a16", "pallas_fp8_w8a16", mesh)  # 4 K-slices of the 4 splits
+row_bitwise("mxfp8_a16", "pallas_mxfp8", mesh2, x_dtype=jnp.bfloat16)  # a model's activations
+
+# Where the deterministic schedule has fewer K splits than devices (K=256: two K-steps, one
+# split), or the kernel is the XLA one, the row-parallel sum stays a psum: warned.
+for fmt, kernel, k, why in [("fp8_per_channel_a16", "pallas_fp8_w8a16", 256, "1 split"),
+                            ("fp8_per_channel_a16", "xla", 512, "cannot run a K-slice")]:
+    xk = x2048[..., :k]
+    qd = layer(fmt, 256, k, xk)
+    sharded = nnx.clone(qd)
+    sharded.shard(mesh2, "row", "model", batch_axis="data")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = np.asarray(sharded(xk, kernel=kernel, deterministic=True))
+    msgs = [str(w.message) for w in caught]
+    assert any(why in msg and "all-reduced" in msg for msg in msgs), (fmt, msgs)
+    ref = np.asarray(qd(xk, kernel=kernel, deterministic=True))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(), err_msg=fmt)
+    print(f"ok {fmt} row deterministic {kernel}: psum with a warning ({why})")
+
 # shard boundaries inside a scale tile are errors
 blk = layer("fp8_block", 256, 256, x[..., :256])
 expect_error("block rows split", lambda: nnx.clone(blk).shard(mesh, "column", "model"), "128-row scale block")
