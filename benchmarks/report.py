@@ -90,11 +90,39 @@ def tp_section(path: pathlib.Path) -> list[str]:
     return out
 
 
+def det_schedule_section(path: pathlib.Path) -> list[str]:
+    """Deterministic K schedules of the NVFP4 / MX kernels: time / default mode's, per M."""
+    recs = [r for r in json.loads(path.read_text())["records"] if "median_us" in r]
+    t = {(r["K"], r["N"], r["M"], r["label"]): r["median_us"] for r in recs}
+    ms = sorted({r["M"] for r in recs})
+    out = [f"### NVFP4 / MX deterministic K schedules ({path.name})", "",
+           "Time relative to default mode (same shape and M, same process); geomean (min-max) "
+           f"over {len({(r['K'], r['N']) for r in recs})} shapes. `[det]` is the shipped "
+           "deterministic config (block_k 256 for e2m1, 128 for e4m3; split to ~2 programs/SM "
+           "by N); each `det-*` row is one M-independent candidate schedule.", "",
+           "| schedule | " + " | ".join(f"M={m}" for m in ms) + " |",
+           "|---|" + "---|" * len(ms)]
+    for fmt, kern in (("nvfp4_a16", "pallas_nvfp4"), ("mxfp8_a16", "pallas_mxfp8")):
+        base = f"{fmt}:{kern}"
+        labels = [f"{base}[det]"] + sorted({r["label"] for r in recs
+                                            if r["label"].startswith(f"{fmt}:var[det")})
+        for label in labels:
+            cells = []
+            for m in ms:
+                v = [t[k[:3] + (label,)] / t[k[:3] + (base,)] for k in t
+                     if k[2] == m and k[3] == base and k[:3] + (label,) in t]
+                cells.append(f"{geomean(v):.2f} ({min(v):.2f}-{max(v):.2f})" if v else "-")
+            rows = f"| {label} | " + " | ".join(cells) + " |"
+            out.append(rows)
+    return out
+
+
 # The newest measurement of every (format, kernel, M): later entries replace earlier ones for
 # the M they list (None: every M in the file).
 CURRENT = (
     ("h200_fp8_grid_s2_decode.json", None), ("h200_fp8_grid_s2_large.json", None),
-    ("h200_fp8_grid_s3_large.json", None), ("h200_fp8_grid_s3_m1.json", (1,)),
+    ("h200_fp8_grid_s3_large.json", None), ("h200_fp8_grid_s4_large.json", None),
+    ("h200_fp8_grid_s3_m1.json", (1,)),
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
 )
 
@@ -176,10 +204,10 @@ def main() -> int:
         ("h200_fp8_grid_s3_m1.json", "FP8 at M=1 (11 shapes; session 3, W8A16 gemv 1x8x256)"),
         ("h200_fp8_grid_s2_decode.json", "FP8, decode and mid M (11 shapes; session 2: its M=1 "
          "W8A16 rows are superseded by the table above)"),
-        ("h200_fp8_grid_s3_large.json", "FP8, prefill M (8 shapes; 8192x57344 did not finish "
-         "XLA's GEMM autotuning inside its lane)"),
-        ("h200_fp8_grid_s2_large.json", "FP8, prefill M, the other 2 shapes (session 2; W8A16 "
-         "tiles at M > 512 changed after this run)"),
+        ("h200_fp8_grid_s3_large.json", "FP8, prefill M (8 shapes; session 3)"),
+        ("h200_fp8_grid_s4_large.json", "FP8, prefill M, the other 3 shapes (session 4: "
+         "8192x57344 with one lane step per M so XLA's autotuning fits; 8192x8192 and "
+         "8192x10240 with the current W8A16 tiles)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
@@ -192,7 +220,10 @@ def main() -> int:
     grid4 = RESULTS / "h200_fp4_mx_grid_s3.json"
     if grid4.exists():
         lines += sdg_section(grid4) + [""]
-    for p in sorted(RESULTS.glob("h200x2_tp_s3.json")):
+    det = RESULTS / "h200_fp4_mx_det_s4.json"
+    if det.exists():
+        lines += det_schedule_section(det) + [""]
+    for p in sorted(RESULTS.glob("h200x2_tp_s*.json")):
         lines += tp_section(p) + [""]
     made = plots()
     if made:
