@@ -26,7 +26,7 @@ def summarize(path: str, kernels: str = "") -> list[str]:
     col = {h: j for j, h in enumerate(rows[start])}
     by_launch: dict[tuple, list[str]] = collections.OrderedDict()
     for r in rows[start + 1:]:
-        if len(r) < len(col) or kernels not in r[col["Kernel Name"]]:
+        if len(r) <= col["Metric Value"] or kernels not in r[col["Kernel Name"]]:
             continue
         if r[col["Metric Name"]] in METRICS:
             key = (r[col["ID"]], r[col["Kernel Name"]][:60])

@@ -5,7 +5,7 @@
 # $OUT/results.tgz (the device tool returns at most 8 files).
 #   LANE0="tests sweep:v4" LANE1="grid:<shapes>:<m>" GPUS2=2,3 LANE2="tp" \
 #     bash benchmarks/run_device_lanes.sh
-# Steps: tests (all GPU-marked tests), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
+# Steps: tests (all GPU-marked tests; PYTEST_K selects by -k), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
 #        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py), sweep:<parts> (sweep_fp8.py,
 #        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode),
 #        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_ARGS),
@@ -38,7 +38,7 @@ lane() {  # lane <gpus> <steps...>
       tests)
         XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.1 \
           CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_TESTS:-300})" python3 -m pytest -q -m gpu -n 8 \
-          -rf -p no:cacheprovider tests/kernels/test_pallas_fp8.py \
+          -rf -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} tests/kernels/test_pallas_fp8.py \
           tests/kernels/test_pallas_fp4_gpu.py tests/test_dispatch.py 2>&1 | tail -40
         echo "pytest rc=${PIPESTATUS[0]}";;
       grid)

@@ -50,8 +50,9 @@ def test_current_records_takes_the_newest_run_per_m(tmp_path, monkeypatch):
 def test_ncu_summary_keeps_the_filtered_kernels(tmp_path):
     head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
             '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
-            '"Metric Value"')
-    row = '"{}","1","python3","h","{}","1","7","(128,1,1)","(64,1,1)","0","9.0","SOL","{}","{}","{}"'
+            '"Metric Value","Rule Name","Rule Type","Rule Description"')  # rows stop short
+    row = ('"{}","1","python3","h","{}","1","7","(128,1,1)","(64,1,1)","0","9.0","SOL","{}",'
+           '"{}","{}",')
     path = tmp_path / "ncu.csv"
     path.write_text("\n".join(["==PROF== connected", head,
                                row.format(0, "fp8_w8a16", "Duration", "us", "24.5"),

@@ -224,9 +224,10 @@ def _k_parts_vs_split_k(rng, x_kind, w_kind, m, n, k, cfg, parts, interpret):
     import dataclasses
     parted = run(dataclasses.replace(cfg, k_parts=parts))
     split = run(dataclasses.replace(cfg, split_k=parts))
-    whole = run(cfg)
     assert np.array_equal(parted.view(np.uint32), split.view(np.uint32))
-    assert not np.array_equal(parted, whole)  # the parts do change the sums: the check has teeth
+    if interpret:  # the parts change the sums, so the check has teeth. (On the GPU the fp8
+        # MMA's truncated 128-K results add up exactly in float32 at this size: any order.)
+        assert not np.array_equal(parted, run(cfg))
 
 
 @pytest.mark.parametrize("x_kind,w_kind", [("row", "channel"), ("group", "block")])
