@@ -39,6 +39,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
+from .fp8_dense import fp8_dense_matmul
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .fp8_convert import e4m3_to_bf16
@@ -300,7 +301,7 @@ def validate_config(cfg: MatmulConfig, *, k: int, per_block: bool, m: int,
 def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array, *,
                x_scale_kind: str, w_scale_kind: str, config: MatmulConfig,
                out_dtype=None, interpret: bool = False, name: str = "fp8_matmul",
-               poison_output: bool = False) -> jax.Array:
+               poison_output: bool = False, path: str = "pallas") -> jax.Array:
     """y (M, N) = x (M, K) @ w (N, K)^T with the operands' scales; see the module docstring.
 
     x: float (bf16/f16/f32; weight-only) or e4m3 codes. x_scale: None ("none"), (1,1) "tensor",
@@ -308,6 +309,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     "channel", (N/128, K/128) "block". out_dtype defaults to x's dtype (bf16 for e4m3 x).
     poison_output: test hook -- the kernel writes into a NaN-filled buffer passed in (aliased),
     so any element it fails to write stays NaN.
+    path: "pallas" (this kernel) or "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
+    scales only; not batch-invariant).
     """
     if x_scale_kind not in X_SCALE_KINDS:
         raise ValueError(f"x_scale_kind must be one of {X_SCALE_KINDS}, got {x_scale_kind!r}")
@@ -338,8 +341,13 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     if w_scale_kind == "block" and n % SCALE_BLOCK:
         raise ValueError(f"block-scaled weights need N padded to a multiple of {SCALE_BLOCK}, "
                          f"got N={n}")
-    sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)
     out_dtype = jnp.dtype(out_dtype or (jnp.bfloat16 if fp8_x else x.dtype))
+    if path == "dense":
+        return fp8_dense_matmul(x, x_scale, w, w_scale, x_scale_kind=x_scale_kind,
+                                w_scale_kind=w_scale_kind, out_dtype=out_dtype)
+    if path != "pallas":
+        raise ValueError(f"path must be 'pallas' or 'dense', got {path!r}")
+    sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)
     dot_dtype = E4M3 if fp8_x else x.dtype
     p = _Static(m, n, k, config, x_scale_kind, w_scale_kind, dot_dtype, sps, out_dtype,
                 interpret=interpret)

@@ -9,6 +9,13 @@ Three kernels, each honouring exactly the specs whose numerics it computes:
 Activations of the W8A8 kernels are quantized here, before the kernel, by the same
 `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
 reference's codes bit for bit whatever producer rule (CT / ModelOpt / vLLM) the key names.
+
+In default mode from M = 1024 (prefill), weights with per-tensor / per-channel scales (and
+activations with per-tensor / per-token ones) take pallas_kernels.fp8_dense instead: one XLA GEMM
+of the stored codes (cuBLASLt e4m3 x e4m3, or activations x exact bf16 codes), float32
+accumulation at HIGHEST precision, the scales on the float32 result -- the same function,
+measured faster there; `describe_config` reports the path. Deterministic mode always runs the
+Triton kernel (its K order does not depend on M); block scales always do.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
+from pallas_kernels.fp8_dense import DENSE_MIN_M
+from pallas_kernels.fp8_w8a16 import w8a16_path
+from pallas_kernels.fp8_w8a8 import w8a8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
@@ -31,6 +41,8 @@ from .xla import pad_k
 __all__ = ["W8A16", "W8A8", "BLOCK", "describe_config", "w8a16_apply", "w8a8_apply",
            "quantize_x"]
 
+# Default mode runs an XLA GEMM from this M on (read by jqlin.bench to compile such cases apart).
+XLA_GEMM_MIN_M = DENSE_MIN_M
 _E4M3 = ("float8_e4m3fn",)
 _F32 = ("float32",)
 _W_KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel",
@@ -106,13 +118,18 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     n, k = qw.storage_shape
     _, w_kind = _weight_scale(qw, spec)
     if kernel == W8A16.name:
+        path = w8a16_path(m, scale_kind=w_kind, deterministic=deterministic, config=None)
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
                            deterministic=deterministic)
     else:
         x_kind = _X_KIND[spec.activation.granularity]
+        path = w8a8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind,
+                         deterministic=deterministic, config=None)
         _, cfg = w8a8_config(m, n, k, x_scale_kind=x_kind, w_scale_kind=w_kind,
                              deterministic=deterministic)
-    return cfg.to_json()
+    if path == "dense":
+        return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
+    return {**cfg.to_json(), "path": "pallas"}
 
 
 W8A16 = register_kernel(Kernel(
@@ -120,7 +137,8 @@ W8A16 = register_kernel(Kernel(
     impl=w8a16_impl,
     honours=((_W_TC, WEIGHT_ONLY), (_W_BLOCK, WEIGHT_ONLY)),
     description="Pallas/Triton FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
-                "accumulation; split-K / narrow N tiles for memory-bound decode",
+                "accumulation; split-K / narrow N tiles for memory-bound decode; default mode "
+                "at M >= 1024 with tensor/channel scales: one XLA GEMM of the exact codes",
     **HOPPER_PALLAS,
 ))
 
@@ -129,7 +147,8 @@ W8A8 = register_kernel(Kernel(
     impl=w8a8_impl,
     honours=((_W_TC, _A_TENSOR_TOKEN),),
     description="Pallas/Triton FP8 x FP8 MMA, per-tensor/channel weights x per-tensor/token "
-                "activations (quantized by the reference rule in a fused XLA pre-pass)",
+                "activations (quantized by the reference rule in a fused XLA pre-pass); default "
+                "mode at M >= 1024: XLA's e4m3 x e4m3 GEMM (cuBLASLt), scales on the f32 result",
     **HOPPER_PALLAS,
 ))
 

@@ -243,6 +243,63 @@ def test_k_parts_validation():
         MatmulConfig(1, 64, 128, variant="gemv", k_parts=2)
 
 
+@pytest.mark.parametrize("x_kind,w_kind", [("none", "channel"), ("none", "tensor"),
+                                            ("row", "channel"), ("tensor", "tensor")])
+def test_dense_path_matches_float64(rng, x_kind, w_kind):
+    """fp8_dense (default mode, M >= 1024, whole-K scales): one XLA GEMM of the stored codes,
+    the scales on the float32 result."""
+    m, n, k = 1030, 136, 384
+    cfg = MatmulConfig(16, 64, 128)  # resolved but unused: the path is XLA's GEMM
+    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.5, 2.0, {"tensor": (1, 1), "channel": (n, 1)}[w_kind]),
+                     jnp.float32)
+    if x_kind == "none":
+        x, xs = jnp.asarray(x, jnp.bfloat16), None
+    else:
+        x = jnp.asarray(x, jnp.float8_e4m3fn)
+        xs = jnp.asarray(rng.uniform(0.5, 2.0, {"tensor": (1, 1), "row": (m, 1)}[x_kind]),
+                         jnp.float32)
+    y = jax.jit(lambda *a: fp8_matmul(*a, x_scale_kind=x_kind, w_scale_kind=w_kind, config=cfg,
+                                      out_dtype=jnp.float32, path="dense"))(x, xs, w, ws)
+    ref, bound = _kernel_reference(x, xs, w, ws, x_kind, w_kind)
+    assert_close(y, ref.astype(np.float32), bound, CPU_ACC_RTOL)
+
+
+def test_dense_path_is_chosen_only_for_default_mode_large_m_whole_k_scales():
+    from pallas_kernels.fp8_w8a16 import w8a16_path
+    from pallas_kernels.fp8_w8a8 import w8a8_path
+    a16 = lambda m, **kw: w8a16_path(m, **{**dict(scale_kind="channel", deterministic=False,
+                                                  config=None), **kw})
+    a8 = lambda m, **kw: w8a8_path(m, **{**dict(x_scale_kind="row", w_scale_kind="channel",
+                                                deterministic=False, config=None), **kw})
+    for path in (a16, a8):
+        assert path(1024) == "dense" and path(1023) == "pallas"
+        assert path(4096, deterministic=True) == "pallas"  # cuBLAS's order follows M
+        assert path(4096, config=MatmulConfig(64, 128, 128)) == "pallas"
+        assert path(16, path="dense") == "dense"
+    assert a16(4096, scale_kind="block") == "pallas"  # block scales change along K
+    assert a8(4096, x_scale_kind="group", w_scale_kind="block") == "pallas"
+
+
+def test_dispatch_runs_the_dense_path_at_prefill_sizes(rng):
+    """jqlin.matmul with the W8A8 kernel at M=1024 (CPU: forced kernel) takes the dense path
+    and agrees with the XLA reference of the same spec."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    w = jnp.asarray(rng.standard_normal((96, 256)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((1024, 256)), jnp.float32)
+    for fmt, kernel in (("fp8_ptpc", "pallas_fp8_w8a8"), ("fp8_per_channel_a16",
+                                                          "pallas_fp8_w8a16")):
+        qw = qweight.quantize(w, fmt)
+        assert describe_config(kernel, 1024, qw, qw.spec, x.dtype, False)["path"].startswith(
+            "dense")
+        assert describe_config(kernel, 1024, qw, qw.spec, x.dtype, True)["path"] == "pallas"
+        y = np.asarray(dispatch.matmul(x, qw, kernel=kernel))
+        ref = np.asarray(dispatch.matmul(x, qw, kernel="xla"))
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(),
+                                   err_msg=fmt)
+
+
 def test_launch_rejects_bad_arguments(rng):
     x = jnp.zeros((4, 256), jnp.bfloat16)
     w = jnp.zeros((128, 256), jnp.float8_e4m3fn)

@@ -1,0 +1,54 @@
+"""Large-M default-mode path of the fp8 kernels with whole-K scales: XLA's own GEMM on the exact
+stored operands, then the scales on the float32 result.
+
+At prefill sizes the Triton kernels lose to XLA's GEMMs (session 3-4 grids, H200: fp8 x fp8
+per-tensor / per-token 1.02-1.10x bf16 against 1.6-1.8x for XLA's e4m3 x e4m3 dot; W8A16 0.62-0.66x,
+its e4m3 -> bf16 conversion sitting between the MMAs). With per-tensor / per-channel weight scales
+and per-tensor / per-token activation scales every scale is constant along K, so
+
+    y = (sum_k xq[m, k] * wq[n, k]) * xs[m] * ws[n]
+
+and the sum is a plain GEMM of the stored codes: e4m3 x e4m3 (cuBLASLt fp8 on Hopper) for W8A8,
+activations x codes converted to the activation dtype (exact: every e4m3 value is a bf16 / f16
+number) for W8A16. Products are exact and accumulate in float32 (precision HIGHEST: no fast
+fp8 accumulation); the scales apply to the float32 sum in the kernels' order (x's, then w's).
+The summation order is cuBLAS's, chosen by shape, so this path serves default mode only.
+Block / group scales change along K and keep the Triton kernels.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["fp8_dense_matmul", "dense_applies", "DENSE_MIN_M"]
+
+F32 = jnp.float32
+DENSE_MIN_M = 1024  # default mode switches to this path from here (benchmarks/NOTES.md)
+_DIMS = (((1,), (1,)), ((), ()))
+
+
+def dense_applies(m: int, x_scale_kind: str, w_scale_kind: str) -> bool:
+    """Whether default mode runs this path: large M and scales constant along K."""
+    return m >= DENSE_MIN_M and x_scale_kind in ("none", "tensor", "row") and \
+        w_scale_kind in ("tensor", "channel")
+
+
+def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array,
+                     *, x_scale_kind: str, w_scale_kind: str, out_dtype) -> jax.Array:
+    """y (M, N) = x (M, K) @ w (N, K)^T with whole-K scales, through one XLA dot (see module).
+
+    x: e4m3 codes (x_scale (1,1) "tensor" or (M,1) "row") or float activations ("none").
+    w: e4m3 (N, K); w_scale float32 (1,1) "tensor" or (N,1) "channel"."""
+    if x_scale_kind not in ("none", "tensor", "row") or w_scale_kind not in ("tensor", "channel"):
+        raise ValueError(f"the dense fp8 path needs whole-K scales, got x {x_scale_kind!r}, "
+                         f"w {w_scale_kind!r}")
+    b = w if x.dtype == jnp.dtype(jnp.float8_e4m3fn) else w.astype(x.dtype)  # exact
+    y = lax.dot_general(x, b, _DIMS, precision=lax.Precision.HIGHEST, preferred_element_type=F32)
+    if x_scale_kind == "tensor":
+        y = y * x_scale[0, 0]
+    elif x_scale_kind == "row":
+        y = y * x_scale
+    y = y * (w_scale[0, 0] if w_scale_kind == "tensor" else w_scale[:, 0][None, :])
+    return y.astype(out_dtype)
