@@ -122,7 +122,7 @@ def det_schedule_section(path: pathlib.Path) -> list[str]:
 CURRENT = (
     ("h200_fp8_grid_s2_decode.json", None), ("h200_fp8_grid_s2_large.json", None),
     ("h200_fp8_grid_s3_large.json", None), ("h200_fp8_grid_s4_large.json", None),
-    ("h200_fp8_grid_s3_m1.json", (1,)),
+    ("h200_fp8_grid_s3_m1.json", (1,)), ("h200_fp8_grid_s4_kparts.json", None),
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
 )
 
@@ -208,6 +208,8 @@ def main() -> int:
         ("h200_fp8_grid_s4_large.json", "FP8, prefill M, the other 3 shapes (session 4: "
          "8192x57344 with one lane step per M so XLA's autotuning fits; 8192x8192 and "
          "8192x10240 with the current W8A16 tiles)"),
+        ("h200_fp8_grid_s4_kparts.json", "FP8 at M=256 and 4096 after session 4's "
+         "deterministic fp8 x fp8 schedule (K in 8 in-program parts; 2 shapes)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
@@ -229,8 +231,18 @@ def main() -> int:
     if made:
         lines += ["### Plots", "", "Speedup vs bf16 by M, geomean over each model's shapes: "
                   + "; ".join(made) + ".", ""]
+    dense = RESULTS / "h200_s4_fp8_dense.txt"
+    if dense.exists():
+        lines += ["### FP8 dense path at prefill M (session 4)", "",
+                  "Default mode from M=1024 runs formats with whole-K scales (fp8_per_tensor, "
+                  "fp8_ptpc, fp8_per_tensor_a16, fp8_per_channel_a16) as one XLA GEMM of the "
+                  "stored codes (`pallas_kernels/fp8_dense.py`); the grids above time the Triton "
+                  "kernel there. Side by side at 8192x8192 (`benchmarks/check_dense.py`, wall "
+                  "clock):", "", "```"] + [
+            ln for ln in dense.read_text().splitlines() if ln.startswith(("M=", "device"))] + [
+            "```", ""]
     lines += ["## Targets (issues 3 and 4)", "",
-              "None of the speed targets is met; NOTES.md's session-3 status table gives for each "
+              "None of the speed targets is met; NOTES.md's status table gives for each "
               "the measured figure, the bound and the limiter."]
     (HERE / "REPORT.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'REPORT.md'}")

@@ -81,7 +81,10 @@ def check_row_bitwise(fmt: str, n: int, shape: tuple[int, int] = (4096, 14336)) 
     from jqlin.nn import QuantDense
     rng = np.random.default_rng(2)
     w = jnp.asarray(rng.standard_normal(shape), jnp.float32)
-    qd = QuantDense.from_quantized(jqlin.quantize(w, fmt))
+    act = jqlin.formats.get(fmt).activation  # static (global) activation scales: calibrate
+    static = act is not None and (not act.dynamic or act.global_scale is not None)
+    calib = jnp.asarray(rng.standard_normal((16, shape[1])), jnp.float32) if static else None
+    qd = QuantDense.from_quantized(jqlin.quantize(w, fmt, calibration=calib))
     sharded = nnx.clone(qd)
     sharded.shard(Mesh(np.array(jax.devices()[:n]), ("tp",)), "row", "tp")
     for m in (1, 7, 64):  # float32 activations: a bf16 output would round most differences away
