@@ -98,23 +98,30 @@ def check_row_bitwise(fmt: str, n: int, shape: tuple[int, int] = (4096, 14336)) 
     print(f"ok {fmt} {shape} row deterministic devices={n}: bitwise at M=1, 7, 64")
 
 
-def check_megatron_bitwise(fmt: str, n: int) -> None:
-    """A random Llama (heads divide over the devices) in the megatron layout, deterministic:
-    logits and greedy tokens bitwise those of one device. GPU only, as check_row_bitwise."""
+def twin_models(cfg, fmt: str):
+    """Two identical random Llamas of `cfg` in bf16, every Linear but lm_head quantized to fmt
+    (one stays on one device, the other gets sharded)."""
     import jax.numpy as jnp
     from flax import nnx
 
     import jqlin
-    from jqlin.models.llama import Llama, LlamaConfig
-    cfg = LlamaConfig(num_hidden_layers=2, vocab_size=512, hidden_size=2048,
-                      intermediate_size=4096, num_attention_heads=16, num_key_value_heads=8,
-                      head_dim=128)
+    from jqlin.models.llama import Llama
     models = []
     for _ in range(2):
         m = Llama(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
         jqlin.quantize_model(m, [("lm_head", None), ("*", fmt)])
         models.append(m)
-    base, model = models
+    return models
+
+
+def check_megatron_bitwise(fmt: str, n: int) -> None:
+    """A random Llama (heads divide over the devices) in the megatron layout, deterministic:
+    logits and greedy tokens bitwise those of one device. GPU only, as check_row_bitwise."""
+    from jqlin.models.llama import LlamaConfig
+    cfg = LlamaConfig(num_hidden_layers=2, vocab_size=512, hidden_size=2048,
+                      intermediate_size=4096, num_attention_heads=16, num_key_value_heads=8,
+                      head_dim=128)
+    base, model = twin_models(cfg, fmt)
     layout = shard_model(model, Mesh(np.array(jax.devices()[:n]), ("tp",)), "tp",
                          style="megatron")
     assert "row" in layout.values()
@@ -134,19 +141,12 @@ def check_collectives(fmt: str, n: int) -> None:
     """Megatron layout of a random Llama: per layer exactly the two all-reduces of o_proj and
     down_proj (fused q/k/v and gate/up interleaved per shard, so splitting their outputs moves
     nothing), and logits close to one device."""
-    import jax.numpy as jnp
     from flax import nnx
 
-    import jqlin
-    from jqlin.models.llama import Llama, LlamaConfig
+    from jqlin.models.llama import LlamaConfig
     cfg = LlamaConfig(num_hidden_layers=2, vocab_size=256, hidden_size=512, intermediate_size=512,
                       num_attention_heads=8, num_key_value_heads=4, head_dim=64)
-    models = []
-    for _ in range(2):
-        m = Llama(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
-        jqlin.quantize_model(m, [("lm_head", None), ("*", fmt)])
-        models.append(m)
-    base, model = models
+    base, model = twin_models(cfg, fmt)
     mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
