@@ -123,6 +123,19 @@ GEMV_V4 = [A(1, 16, 256, 4, 1, "gemv", k_unroll=u, per_sm=ps) for u, ps in
            [(1, 8), (2, 8), (4, 8), (2, 16)]] + \
           [A(1, 8, 256, 4, 1, "gemv", k_unroll=4, per_sm=8),
            A(1, 8, 256, 4, 1, "gemv", k_unroll=2, per_sm=16)]
+# v5 (prepared in session 4, not run). ncu (h200_s4_ncu_decode.txt): the M=2 gemv 1x16x256 u2
+# runs at 128 registers -> 25% theoretical occupancy, DRAM 39%; the M=1 gemv 1x8x256 u4 at 64
+# registers -> 50%, achieved 39%, issue-bound (8.7 cycles per issued instruction). The gemv
+# keeps a (block_n, block_k) float32 accumulator per row: 16x256 over 128 threads is 32
+# registers a row. Smaller tiles or more warps per program cut it; more programs per SM keep
+# the bytes in flight. Prediction: M=2 at <= 64 registers and ~16 programs/SM >= 0.85 of copy
+# bandwidth (1.3-1.5x bf16; today 0.94-1.19x); M=1 with 8 warps / 16 programs per SM +5-10%.
+GEMV_V5 = [A(1, 8, 256, 4, 1, "gemv", k_unroll=1, per_sm=16),
+           A(1, 8, 256, 4, 1, "gemv", k_unroll=2, per_sm=16),
+           A(1, 8, 128, 2, 1, "gemv", k_unroll=2, per_sm=32),
+           A(1, 16, 256, 8, 1, "gemv", k_unroll=1, per_sm=8),
+           A(1, 16, 256, 8, 1, "gemv", k_unroll=2, per_sm=8),
+           A(1, 8, 256, 8, 1, "gemv", k_unroll=4, per_sm=16)]
 DECODE_BLOCK = [A(16, 64, 256, 4, 4), A(16, 64, 256, 4, 4, fp8_mma=False)]
 
 
@@ -215,6 +228,10 @@ def main(argv=None) -> int:
                      ("llama3-8b", 4096, 28672), ("deepseek-v3", 18432, 7168)]
         go(v4_shapes, "fp8_per_channel_a16", GEMV_V4 + SMALL_V3[:1], (1, 2, 4))
         go([("deepseek-v3", 7168, 24576)], "fp8_block_a16", GEMV_V4 + SMALL_V3[:1], (1, 2))
+    if "v5" in parts:
+        v5_shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
+                     ("llama3-8b", 4096, 28672), ("deepseek-v3", 18432, 7168)]
+        go(v5_shapes, "fp8_per_channel_a16", GEMV_V5 + GEMV_V4[4:5] + SMALL_V3[:1], (1, 2, 4))
     if "block_a16" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
     if "large" in parts:

@@ -54,8 +54,8 @@ class MatmulConfig:
     fast_convert: bf16 MMAs on e4m3 tiles convert with integer ops instead of the cvt chain
     (exact for every finite code; a NaN code becomes 480). Interpret mode converts with astype.
     k_parts (MMA variants, split_k 1): K is accumulated as this many contiguous parts, each from
-    zero, scaled and added left to right inside the program -- the sums of split_k=k_parts
-    without partials in memory. Deterministic fp8 x fp8 configs use it so that a row-parallel
+    zero, the part sums added left to right inside the program (whole-K scales after) -- the
+    sums of split_k=k_parts without partials in memory. Deterministic fp8 x fp8 configs use it so that a row-parallel
     device can compute its parts alone (`k_shards`).
     """
 

@@ -45,8 +45,9 @@ def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: 
 
     With split_k > 1 (or inside k_shards) every split writes float32 partials to its own (m, n)
     slab; they are summed here (after gathering every device's, inside k_shards) and `finish`
-    (float32 -> float32, e.g. a per-column scale) is applied before the cast to out_dtype. poison: a test hook -- the output is a NaN-filled buffer passed in aliased
-    (the body never sees it), so any element the kernel fails to write stays NaN.
+    (float32 -> float32, e.g. a per-column scale) is applied before the cast to out_dtype.
+    poison: a test hook -- the output is a NaN-filled buffer passed in aliased (the body never
+    sees it), so any element the kernel fails to write stays NaN.
     """
     split = writes_partials(split_k)
     out_shape = jax.ShapeDtypeStruct((split_k * m, n), jnp.float32 if split else out_dtype)

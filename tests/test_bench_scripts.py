@@ -58,3 +58,17 @@ def test_bench_tp_two_host_devices(tmp_path):
 def test_profile_cases_launches_every_case(tmp_path):
     out = _run(["benchmarks/profile_cases.py"], tmp_path)
     assert out.count("finite True") == 4, out
+
+
+def test_check_dense_times_both_paths(tmp_path):
+    out = _run(["benchmarks/check_dense.py", "--shape", "256x128", "--m", "1024"], tmp_path)
+    for fmt in ("fp8_per_channel_a16", "fp8_ptpc", "fp8_per_tensor"):
+        assert f"M= 1024 {fmt}" in out and "| dense" in out, out
+
+
+def test_sweep_fp8_v5_runs(tmp_path):
+    out_json = tmp_path / "v5.json"
+    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5", "--reps", "1", "--out",
+          str(out_json)], tmp_path)
+    labels = {r["label"] for r in json.loads(out_json.read_text())["records"]}
+    assert sum("gemv" in label for label in labels) >= 6, labels
