@@ -39,7 +39,8 @@ lane() {  # lane <gpus> <steps...>
         XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.1 \
           CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_TESTS:-300})" python3 -m pytest -q -m gpu -n 8 \
           -rf -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} tests/kernels/test_pallas_fp8.py \
-          tests/kernels/test_pallas_fp4_gpu.py tests/test_dispatch.py 2>&1 | tail -40
+          tests/kernels/test_pallas_fp4_gpu.py tests/kernels/test_fp8_block_mgpu.py \
+          tests/test_dispatch.py 2>&1 | tail -40
         echo "pytest rc=${PIPESTATUS[0]}";;
       grid)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_GRID:-500})" python3 benchmarks/bench_matmul.py \

@@ -157,6 +157,21 @@ def _op(fmt: str, cfg: C, m: int) -> bench.Op:
                     config=cfg.to_json())
 
 
+def _mgpu_block_op() -> bench.Op:
+    """fp8_block through the experimental Mosaic GPU kernel (pallas_kernels.fp8_block_mgpu),
+    activations quantized as the dispatcher's W8A8 glue does."""
+    from jqlin.kernels.pallas_fp8 import quantize_x
+    from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        xq, xs, _ = quantize_x(x, qw, qw.spec)
+        y = fp8_block_matmul_mgpu(xq, xs, qw.data, qw.scale, out_dtype=x.dtype,
+                                  interpret=interpret)
+        return qw.trim_rows(y)
+    return bench.Op("mgpu_block", "fp8_block", "default", fn)
+
+
 def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):
     ops = [bench.bf16_op()] if baselines else []
     if baselines and fmt == "fp8_per_tensor":
@@ -232,6 +247,20 @@ def main(argv=None) -> int:
         v5_shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
                      ("llama3-8b", 4096, 28672), ("deepseek-v3", 18432, 7168)]
         go(v5_shapes, "fp8_per_channel_a16", GEMV_V5 + GEMV_V4[4:5] + SMALL_V3[:1], (1, 2, 4))
+    if "mgpu" in parts:  # the Mosaic GPU block kernel vs the Triton one (auto) and bf16
+        ms = (1024, 4096, 16384)
+        shapes = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576),
+                  ("llama3-70b", 28672, 8192)]
+        if args.tiny:
+            shapes, ms = [("tiny", 512, 256)], (200,)
+        for model, k, n in shapes:
+            ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_block", "fp8_block"),
+                   _mgpu_block_op()]
+            res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
+                            on_record=records.append)
+            meta.update({kk: v for kk, v in res.items() if kk != "records"})
+            save()
+            print(bench.format_table(res["records"]), flush=True)
     if "block_a16" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
     if "large" in parts:

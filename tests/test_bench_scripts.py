@@ -66,9 +66,10 @@ def test_check_dense_times_both_paths(tmp_path):
         assert f"M= 1024 {fmt}" in out and "| dense" in out, out
 
 
-def test_sweep_fp8_v5_runs(tmp_path):
-    out_json = tmp_path / "v5.json"
-    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5", "--reps", "1", "--out",
+def test_sweep_fp8_v5_and_mgpu_run(tmp_path):
+    out_json = tmp_path / "sweep.json"
+    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5,mgpu", "--reps", "1", "--out",
           str(out_json)], tmp_path)
     labels = {r["label"] for r in json.loads(out_json.read_text())["records"]}
     assert sum("gemv" in label for label in labels) >= 6, labels
+    assert {"fp8_block:mgpu_block", "fp8_block:pallas_fp8_block"} <= labels

@@ -1,0 +1,152 @@
+"""Block-scaled FP8 x FP8 (DeepSeek-V3 recipe) on Mosaic GPU: wgmma with TMA and a
+warp-specialized pipeline, for prefill sizes. EXPERIMENTAL: lowers for CUDA and runs in
+Mosaic GPU's interpreter on CPU (tests/kernels/test_fp8_block_mgpu.py); not yet run or timed
+on a GPU, so not registered with the dispatcher (benchmarks/sweep_fp8.py --parts mgpu times it
+against the Triton block kernel and bf16).
+
+Why: the Triton kernel's block W8A8 reaches 0.70-1.03x bf16 (541-725 TFLOP/s) at M >= 4096 on
+the H200 while cuBLASLt's per-tensor fp8 reaches 1.6-1.8x: Triton's pipeline has no warp
+specialization, so the per-128-K promotion (scale and add the fp32 partial) stalls the MMAs.
+Here a memory warpgroup streams A / B tiles and the scale rows with TMA while two compute
+warpgroups each own 64 rows of a 128 x 128 output tile: while one promotes, the other's wgmma
+runs.
+
+Numerics per output element (m, n), K-block kb of 128: part = sum_k xq[m, k] * w[n, k] (one
+wgmma chain from a zeroed accumulator, the tensor core's fp8 accumulation), then
+total += part * x_scale[m, kb] * w_scale[n // 128, kb] in float32 -- the Triton block kernel's
+promote_k=128 order (fp8_core: part * row scale * column scale, added in K order).
+
+Layout: x (M, K) e4m3 row-major; w (N, K) e4m3 -- the K-major B operand fp8 wgmma needs;
+M, N, K multiples of 128 (the caller pads M). Scales are handed over as per-K-block rows that
+TMA can move: x_scale transposed to (K/128, M), w_scale expanded to one value per column,
+(K/128, N).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+__all__ = ["fp8_block_matmul_mgpu", "BLOCK"]
+
+BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
+_WG_ROWS = 64  # rows of the output tile per compute warpgroup (two per CTA)
+F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
+
+
+def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int):
+    m, k = x_gmem.shape
+    n = w_gmem.shape[0]
+    k_iters = k // BLOCK
+    fp8_swizzle = plgpu.find_swizzle(BLOCK * 8)  # 128 one-byte elements per row
+    fp8_tiles = (plgpu.TilingTransform((8, fp8_swizzle)), plgpu.SwizzleTransform(fp8_swizzle))
+    out_bytes = jnp.dtype(out_gmem.dtype).itemsize
+    out_swizzle = plgpu.find_swizzle(BLOCK * out_bytes * 8)
+    out_tiles = (plgpu.TilingTransform((8, out_swizzle // out_bytes)),
+                 plgpu.SwizzleTransform(out_swizzle))
+    m_idx, n_idx = lax.axis_index("m"), lax.axis_index("n")
+    m_slice = pl.ds(m_idx * BLOCK, BLOCK)
+    n_slice = pl.ds(n_idx * BLOCK, BLOCK)
+
+    def body(_, x_smem, w_smem, xs_smem, ws_smem, total):
+        wg = lax.axis_index("wg")
+        rows = pl.ds(wg * _WG_ROWS, _WG_ROWS)
+        b = w_smem.transpose((1, 0))  # (K-block, N) view of the K-major tile
+
+        def one_block(acc_ref):  # a fresh accumulator: this K-block's sum alone
+            plgpu.wgmma(acc_ref, x_smem.at[rows], b)
+            return acc_ref[...]
+
+        part = pl.run_scoped(one_block, plgpu.ACC((_WG_ROWS, BLOCK), F32))
+        xs = plgpu.load(xs_smem.at[0, rows], layout=plgpu.Layout.WGMMA.reduce(1))
+        ws = plgpu.load(ws_smem.at[0], layout=plgpu.Layout.WGMMA.reduce(0))
+        part = part * lax.broadcast_in_dim(xs, part.shape, [0])
+        part = part * lax.broadcast_in_dim(ws, part.shape, [1])
+        return total + part
+
+    def pipeline(body_fn, context):
+        return plgpu.emit_pipeline_warp_specialized(
+            body_fn,
+            grid=(k_iters,),
+            memory_registers=40,
+            in_specs=[
+                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=fp8_tiles),
+                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=fp8_tiles),
+                plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
+                plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
+            ],
+            wg_axis="wg",
+            num_compute_wgs=2,
+            max_concurrent_steps=stages,
+            compute_context=context,
+        )
+
+    operands = (x_gmem.at[m_slice], w_gmem.at[n_slice], xs_gmem.at[:, m_slice],
+                ws_gmem.at[:, n_slice])
+    unused = lambda *_, **__: None  # the allocations do not depend on the functions
+
+    @functools.partial(
+        pl.run_scoped,
+        allocs=pipeline(unused, unused).get_allocations(*operands),
+        out_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), out_gmem.dtype, transforms=out_tiles),
+        collective_axes="wg",
+    )
+    def _scope(allocs, out_smem):
+        context = functools.partial(_epilogue, out_smem=out_smem, out_gmem=out_gmem,
+                                    m_slice=m_slice, n_slice=n_slice)
+        pipeline(body, context)(*operands, allocations=allocs)
+
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
+    wg = lax.axis_index("wg")
+    zero = plgpu.layout_cast(jnp.zeros((_WG_ROWS, BLOCK), F32), plgpu.Layout.WGMMA)
+    total = run(zero)
+    out_smem[wg] = total.astype(out_smem.dtype)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(
+        out_smem.at[wg], out_gmem.at[m_slice].at[pl.ds(wg * _WG_ROWS, _WG_ROWS), n_slice])
+
+
+def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
+                          *, out_dtype=BF16, stages: int = 4,
+                          interpret: bool = False) -> jax.Array:
+    """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
+    [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
+    interpret: run Mosaic GPU's interpreter (CPU)."""
+    m, k = xq.shape
+    n = w.shape[0]
+    if xq.dtype != jnp.dtype(E4M3) or w.dtype != jnp.dtype(E4M3):
+        raise ValueError(f"xq and w must be float8_e4m3fn, got {xq.dtype} and {w.dtype}")
+    if w.shape != (n, k) or k % BLOCK or n % BLOCK:
+        raise ValueError(f"w must be (N, K) with N and K multiples of {BLOCK}; got w "
+                         f"{tuple(w.shape)} for xq {tuple(xq.shape)}")
+    if x_scale.shape != (m, k // BLOCK) or w_scale.shape != (n // BLOCK, k // BLOCK):
+        raise ValueError(f"x_scale must be {(m, k // BLOCK)} and w_scale "
+                         f"{(n // BLOCK, k // BLOCK)}, got {tuple(x_scale.shape)} and "
+                         f"{tuple(w_scale.shape)}")
+    mp = -(-m // BLOCK) * BLOCK
+    if mp != m:  # padding rows: zero codes, unit scales; sliced off below
+        xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
+        x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
+    xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
+    ws_cols = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
+    call = plgpu.kernel(
+        functools.partial(_kernel, stages=stages),
+        out_type=jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)),
+        grid=(mp // BLOCK, n // BLOCK),
+        grid_names=("m", "n"),
+        num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+        interpret=plgpu.InterpretGPUParams() if interpret else False,
+    )
+    y = call(xq, w, xs_rows, ws_cols)
+    return y[:m] if mp != m else y

@@ -1,0 +1,81 @@
+"""The experimental Mosaic GPU block-scaled fp8 kernel (pallas_kernels.fp8_block_mgpu): on CPU
+it must lower for CUDA (Mosaic GPU's layout inference runs in Python) and match float64 in
+Mosaic GPU's interpreter; on the GPU (marked) it must match float64 at a real size."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
+
+# fp8 MMAs accumulate inside the tensor core with ~14 significant bits per 128-K block (as the
+# Triton block kernel, test_pallas_fp8.GPU_ACC_RTOL_FP8); the interpreter sums in float32.
+GPU_ACC_RTOL = 5e-4
+CPU_ACC_RTOL = 1e-5
+
+
+def _operands(rng, m, n, k):
+    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
+    xq = jnp.asarray(x, jnp.float8_e4m3fn)
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    xs = jnp.asarray(rng.uniform(0.5, 2, (m, k // 128)), jnp.float32)
+    ws = jnp.asarray(rng.uniform(0.5, 2, (n // 128, k // 128)), jnp.float32)
+    return xq, xs, w, ws
+
+
+def _float64(xq, xs, w, ws):
+    xf = np.asarray(xq.astype(jnp.float32), np.float64) * np.repeat(np.asarray(xs, np.float64),
+                                                                   128, 1)
+    wf = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
+        np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
+    return xf @ wf.T, np.abs(xf) @ np.abs(wf).T
+
+
+def _check(y, ref, bound, acc_rtol, out_dtype):
+    y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
+    assert y.shape == ref.shape and np.isfinite(y).all()
+    ulp = 2.0 ** -23 if out_dtype == jnp.float32 else 2.0 ** -7
+    tol = acc_rtol * bound + ulp * np.maximum(np.abs(ref), np.abs(y))
+    excess = np.abs(y - ref) / tol
+    assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
+
+
+@pytest.mark.parametrize("m,out_dtype", [(200, jnp.float32), (1, jnp.bfloat16)])
+def test_interpreter_matches_float64(rng, m, out_dtype):
+    """Partial M tile (200 -> 256 rows, 1 -> 128), two N tiles, four K-blocks whose scales differ."""
+    xq, xs, w, ws = _operands(rng, m, 256, 512)
+    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=out_dtype, interpret=True))
+    y = f(xq, xs, w, ws)
+    assert y.dtype == out_dtype
+    ref, bound = _float64(xq, xs, w, ws)
+    _check(y, ref, bound, CPU_ACC_RTOL, out_dtype)
+
+
+def test_lowers_for_cuda_on_cpu(rng):
+    """Mosaic GPU's lowering (layouts, transforms, TMA shapes) runs in Python: it must pass."""
+    args = _operands(rng, 256, 384, 1024)
+    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a))
+    text = f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text
+
+
+def test_rejects_bad_operands(rng):
+    xq, xs, w, ws = _operands(rng, 8, 128, 256)
+    with pytest.raises(ValueError, match="float8_e4m3fn"):
+        fp8_block_matmul_mgpu(xq.astype(jnp.bfloat16), xs, w, ws)
+    with pytest.raises(ValueError, match="multiples of 128"):
+        fp8_block_matmul_mgpu(xq[:, :200], xs, w[:, :200], ws)
+    with pytest.raises(ValueError, match="x_scale must be"):
+        fp8_block_matmul_mgpu(xq, xs[:, :1], w, ws)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 255, 4096])
+def test_gpu_matches_float64(rng, m):
+    xq, xs, w, ws = _operands(rng, m, 2560, 7168)
+    y = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=jnp.float32))(xq, xs, w, ws)
+    ref, bound = _float64(xq, xs, w, ws)
+    _check(y, ref, bound, GPU_ACC_RTOL, jnp.float32)
