@@ -157,9 +157,9 @@ def _op(fmt: str, cfg: C, m: int) -> bench.Op:
                     config=cfg.to_json())
 
 
-def _mgpu_block_op() -> bench.Op:
-    """fp8_block through the experimental Mosaic GPU kernel (pallas_kernels.fp8_block_mgpu),
-    activations quantized as the dispatcher's W8A8 glue does."""
+def _mgpu_block_op(blocks: int) -> bench.Op:
+    """fp8_block through the experimental Mosaic GPU kernel (pallas_kernels.fp8_block_mgpu) with
+    `blocks` K-blocks per pipeline step, activations quantized as the dispatcher's glue does."""
     from jqlin.kernels.pallas_fp8 import quantize_x
     from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
     interpret = jax.default_backend() == "cpu"
@@ -167,9 +167,9 @@ def _mgpu_block_op() -> bench.Op:
     def fn(x, qw):
         xq, xs, _ = quantize_x(x, qw, qw.spec)
         y = fp8_block_matmul_mgpu(xq, xs, qw.data, qw.scale, out_dtype=x.dtype,
-                                  interpret=interpret)
+                                  blocks_per_step=blocks, interpret=interpret)
         return qw.trim_rows(y)
-    return bench.Op("mgpu_block", "fp8_block", "default", fn)
+    return bench.Op(f"mgpu_block{blocks}", "fp8_block", "default", fn)
 
 
 def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
             shapes, ms = [("tiny", 512, 256)], (200,)
         for model, k, n in shapes:
             ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_block", "fp8_block"),
-                   _mgpu_block_op()]
+                   _mgpu_block_op(1), _mgpu_block_op(2)]
             res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
                             on_record=records.append)
             meta.update({kk: v for kk, v in res.items() if kk != "records"})

@@ -39,10 +39,11 @@ _WG_ROWS = 64  # rows of the output tile per compute warpgroup (two per CTA)
 F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
 
 
-def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int):
+def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
-    k_iters = k // BLOCK
+    step_k = blocks * BLOCK  # K per pipeline step
+    k_iters = k // step_k
     fp8_swizzle = plgpu.find_swizzle(BLOCK * 8)  # 128 one-byte elements per row
     fp8_tiles = (plgpu.TilingTransform((8, fp8_swizzle)), plgpu.SwizzleTransform(fp8_swizzle))
     out_bytes = jnp.dtype(out_gmem.dtype).itemsize
@@ -56,18 +57,24 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int):
     def body(_, x_smem, w_smem, xs_smem, ws_smem, total):
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * _WG_ROWS, _WG_ROWS)
-        b = w_smem.transpose((1, 0))  # (K-block, N) view of the K-major tile
 
-        def one_block(acc_ref):  # a fresh accumulator: this K-block's sum alone
-            plgpu.wgmma(acc_ref, x_smem.at[rows], b)
-            return acc_ref[...]
+        def scaled(part, j):  # block j's part times its row and column scales
+            xs = plgpu.load(xs_smem.at[j, rows], layout=plgpu.Layout.WGMMA.reduce(1))
+            ws = plgpu.load(ws_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(0))
+            part = part * lax.broadcast_in_dim(xs, part.shape, [0])
+            return part * lax.broadcast_in_dim(ws, part.shape, [1])
 
-        part = pl.run_scoped(one_block, plgpu.ACC((_WG_ROWS, BLOCK), F32))
-        xs = plgpu.load(xs_smem.at[0, rows], layout=plgpu.Layout.WGMMA.reduce(1))
-        ws = plgpu.load(ws_smem.at[0], layout=plgpu.Layout.WGMMA.reduce(0))
-        part = part * lax.broadcast_in_dim(xs, part.shape, [0])
-        part = part * lax.broadcast_in_dim(ws, part.shape, [1])
-        return total + part
+        def run_blocks(*accs):  # a fresh accumulator per K-block: its sum alone
+            for j, acc in enumerate(accs):  # all wgmmas issued first (asynchronous)
+                cols = pl.ds(j * BLOCK, BLOCK)
+                plgpu.wgmma(acc, x_smem.at[rows, cols], w_smem.at[:, cols].transpose((1, 0)))
+            t = total
+            for j, acc in enumerate(accs):  # promote block j while later ones still run
+                part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
+                t = t + scaled(part, j)
+            return t
+
+        return pl.run_scoped(run_blocks, *[plgpu.ACC((_WG_ROWS, BLOCK), F32)] * blocks)
 
     def pipeline(body_fn, context):
         return plgpu.emit_pipeline_warp_specialized(
@@ -75,10 +82,10 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int):
             grid=(k_iters,),
             memory_registers=40,
             in_specs=[
-                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=fp8_tiles),
-                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=fp8_tiles),
-                plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
-                plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
+                plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
+                plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
+                plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
+                plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
             ],
             wg_axis="wg",
             num_compute_wgs=2,
@@ -115,18 +122,28 @@ def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
 
 
 def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
-                          *, out_dtype=BF16, stages: int = 4,
+                          *, out_dtype=BF16, stages: int | None = None,
+                          blocks_per_step: int = 1,
                           interpret: bool = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
+    blocks_per_step: 128-wide K-blocks per pipeline step (1 or 2). With 2, both blocks' wgmmas
+    are issued before the first is promoted, so a promotion overlaps the next block's MMAs
+    (one more 64x128 f32 accumulator per warpgroup); K must be a multiple of 256.
+    stages: pipeline steps in flight (shared memory: 32 KB per 128-wide K-block; the 227 KB
+    of an H100/H200 block hold 6 blocks); None: 4 K-blocks' worth (4 steps, or 2 of 2 blocks).
     interpret: run Mosaic GPU's interpreter (CPU)."""
+    if blocks_per_step not in (1, 2):
+        raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
+    stages = stages or 4 // blocks_per_step
     m, k = xq.shape
     n = w.shape[0]
     if xq.dtype != jnp.dtype(E4M3) or w.dtype != jnp.dtype(E4M3):
         raise ValueError(f"xq and w must be float8_e4m3fn, got {xq.dtype} and {w.dtype}")
-    if w.shape != (n, k) or k % BLOCK or n % BLOCK:
-        raise ValueError(f"w must be (N, K) with N and K multiples of {BLOCK}; got w "
-                         f"{tuple(w.shape)} for xq {tuple(xq.shape)}")
+    if w.shape != (n, k) or k % (BLOCK * blocks_per_step) or n % BLOCK:
+        raise ValueError(f"w must be (N, K) with N a multiple of {BLOCK} and K of "
+                         f"{BLOCK * blocks_per_step}; got w {tuple(w.shape)} for xq "
+                         f"{tuple(xq.shape)}")
     if x_scale.shape != (m, k // BLOCK) or w_scale.shape != (n // BLOCK, k // BLOCK):
         raise ValueError(f"x_scale must be {(m, k // BLOCK)} and w_scale "
                          f"{(n // BLOCK, k // BLOCK)}, got {tuple(x_scale.shape)} and "
@@ -138,7 +155,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_cols = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
     call = plgpu.kernel(
-        functools.partial(_kernel, stages=stages),
+        functools.partial(_kernel, stages=stages, blocks=blocks_per_step),
         out_type=jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)),
         grid=(mp // BLOCK, n // BLOCK),
         grid_names=("m", "n"),

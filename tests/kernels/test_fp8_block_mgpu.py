@@ -43,21 +43,25 @@ def _check(y, ref, bound, acc_rtol, out_dtype):
     assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
 
 
+@pytest.mark.parametrize("blocks", [1, 2])
 @pytest.mark.parametrize("m,out_dtype", [(200, jnp.float32), (1, jnp.bfloat16)])
-def test_interpreter_matches_float64(rng, m, out_dtype):
-    """Partial M tile (200 -> 256 rows, 1 -> 128), two N tiles, four K-blocks whose scales differ."""
+def test_interpreter_matches_float64(rng, m, out_dtype, blocks):
+    """Partial M tile (200 -> 256 rows, 1 -> 128), two N tiles, four K-blocks whose scales
+    differ; one or two K-blocks per pipeline step."""
     xq, xs, w, ws = _operands(rng, m, 256, 512)
-    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=out_dtype, interpret=True))
+    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=out_dtype, interpret=True,
+                                                 blocks_per_step=blocks))
     y = f(xq, xs, w, ws)
     assert y.dtype == out_dtype
     ref, bound = _float64(xq, xs, w, ws)
     _check(y, ref, bound, CPU_ACC_RTOL, out_dtype)
 
 
-def test_lowers_for_cuda_on_cpu(rng):
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_lowers_for_cuda_on_cpu(rng, blocks):
     """Mosaic GPU's lowering (layouts, transforms, TMA shapes) runs in Python: it must pass."""
     args = _operands(rng, 256, 384, 1024)
-    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a))
+    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, blocks_per_step=blocks))
     text = f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
 
@@ -66,16 +70,22 @@ def test_rejects_bad_operands(rng):
     xq, xs, w, ws = _operands(rng, 8, 128, 256)
     with pytest.raises(ValueError, match="float8_e4m3fn"):
         fp8_block_matmul_mgpu(xq.astype(jnp.bfloat16), xs, w, ws)
-    with pytest.raises(ValueError, match="multiples of 128"):
+    with pytest.raises(ValueError, match="N a multiple of 128"):
         fp8_block_matmul_mgpu(xq[:, :200], xs, w[:, :200], ws)
+    with pytest.raises(ValueError, match="K of 256"):  # two K-blocks per step
+        fp8_block_matmul_mgpu(xq[:, :128], xs[:, :1], w[:, :128], ws[:, :1], blocks_per_step=2)
+    with pytest.raises(ValueError, match="blocks_per_step"):
+        fp8_block_matmul_mgpu(xq, xs, w, ws, blocks_per_step=3)
     with pytest.raises(ValueError, match="x_scale must be"):
         fp8_block_matmul_mgpu(xq, xs[:, :1], w, ws)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [1, 2])
 @pytest.mark.parametrize("m", [1, 255, 4096])
-def test_gpu_matches_float64(rng, m):
+def test_gpu_matches_float64(rng, m, blocks):
     xq, xs, w, ws = _operands(rng, m, 2560, 7168)
-    y = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=jnp.float32))(xq, xs, w, ws)
+    y = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=jnp.float32,
+                                                 blocks_per_step=blocks))(xq, xs, w, ws)
     ref, bound = _float64(xq, xs, w, ws)
     _check(y, ref, bound, GPU_ACC_RTOL, jnp.float32)
