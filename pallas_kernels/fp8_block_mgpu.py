@@ -1,7 +1,7 @@
 """Block-scaled FP8 x FP8 (DeepSeek-V3 recipe) on Mosaic GPU: wgmma with TMA and a
 warp-specialized pipeline, for prefill sizes. EXPERIMENTAL: lowers for CUDA and runs in
-Mosaic GPU's interpreter on CPU (tests/kernels/test_fp8_block_mgpu.py); not yet run or timed
-on a GPU, so not registered with the dispatcher (benchmarks/sweep_fp8.py --parts mgpu times it
+Mosaic GPU's interpreter on CPU, race detector included (tests/kernels/test_fp8_block_mgpu.py);
+not yet run or timed on a GPU, so not registered with the dispatcher (benchmarks/sweep_fp8.py --parts mgpu times it
 against the Triton block kernel and bf16).
 
 Why: the Triton kernel's block W8A8 reaches 0.70-1.03x bf16 (541-725 TFLOP/s) at M >= 4096 on
@@ -124,7 +124,7 @@ def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
 def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1,
-                          interpret: bool = False) -> jax.Array:
+                          interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
     blocks_per_step: 128-wide K-blocks per pipeline step (1 or 2). With 2, both blocks' wgmmas
@@ -132,7 +132,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     (one more 64x128 f32 accumulator per warpgroup); K must be a multiple of 256.
     stages: pipeline steps in flight (shared memory: 32 KB per 128-wide K-block; the 227 KB
     of an H100/H200 block hold 6 blocks); None: 4 K-blocks' worth (4 steps, or 2 of 2 blocks).
-    interpret: run Mosaic GPU's interpreter (CPU)."""
+    interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
     if blocks_per_step not in (1, 2):
         raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
     stages = stages or 4 // blocks_per_step
@@ -163,7 +163,8 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-        interpret=plgpu.InterpretGPUParams() if interpret else False,
+        interpret=(interpret if isinstance(interpret, plgpu.InterpretGPUParams) else
+                   plgpu.InterpretGPUParams() if interpret else False),
     )
     y = call(xq, w, xs_rows, ws_cols)
     return y[:m] if mp != m else y
