@@ -153,6 +153,9 @@ class Explanation:
     platform: str
     rejected: dict[str, str]
     requested: str
+    # what the chosen kernel runs for this M (tile config, or the path it takes): its glue
+    # module's `describe_config`, where it has one
+    detail: dict | None = None
 
     def __str__(self) -> str:
         name = formats.name_of(self.spec) or "unnamed spec"
@@ -165,6 +168,8 @@ class Explanation:
         if self.chosen:
             mode = " (Pallas interpret mode)" if self.interpret else ""
             lines.append(f"chosen: {self.chosen}{mode}")
+            if self.detail:
+                lines.append("  runs: " + ", ".join(f"{k}={v}" for k, v in self.detail.items()))
         else:
             lines.append("chosen: none")
         for kname, why in self.rejected.items():
@@ -234,7 +239,15 @@ def explain(x: Any, qw: QuantizedWeight, *, kernel: str = "auto", deterministic:
     m = 1
     for d in shape[:-1]:
         m *= d
-    return _select(m, qw, kernel, deterministic, weight_only)
+    ex = _select(m, qw, kernel, deterministic, weight_only)
+    if ex.chosen is None:
+        return ex
+    module = importlib.import_module(_REGISTRY[ex.chosen].impl.__module__)
+    describe = getattr(module, "describe_config", None)
+    if describe is None:
+        return ex
+    return dataclasses.replace(ex, detail=describe(ex.chosen, m, qw, ex.spec, dtype,
+                                                   deterministic))
 
 
 def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",

@@ -148,3 +148,19 @@ def test_pallas_kernels_name_a_wrongly_stored_weight(rng, fmt, kernel, field, ba
     x = jnp.asarray(rng.standard_normal((2, 128)), jnp.bfloat16)
     with pytest.raises(jqlin.UnsupportedSpecError, match=message):
         jqlin.matmul(x, wrong, kernel=kernel)
+
+
+def test_explain_says_what_the_chosen_kernel_runs(rng):
+    """The glue's describe_config: the tile config, or the path a kernel takes at this M (the
+    fp8 and MX kernels run one XLA GEMM at prefill sizes in default mode)."""
+    qw = _qw(rng, "fp8_ptpc", n=128, k=256)
+    small = jqlin.explain((16, 256), qw, kernel="pallas_fp8_w8a8")
+    assert small.detail["path"] == "pallas" and small.detail["block_m"] >= 16
+    large = jqlin.explain((1024, 256), qw, kernel="pallas_fp8_w8a8")
+    assert large.detail["path"].startswith("dense")
+    assert "runs: path=dense" in str(large)
+    det = jqlin.explain((1024, 256), qw, kernel="pallas_fp8_w8a8", deterministic=True)
+    assert det.detail["path"] == "pallas"  # cuBLAS's order would follow M
+    mx = jqlin.explain((4096, 256), _qw(rng, "mxfp8_a16", n=128, k=256), kernel="pallas_mxfp8")
+    assert mx.detail["path"].startswith("dense")
+    assert jqlin.explain((3, 64), _qw(rng)).detail is None  # the XLA kernel: nothing to add
