@@ -3,17 +3,20 @@
 Two regimes. Small M is memory-bound: the weight must stream once at full bandwidth, so tiles
 are narrow in N and K is split until there are about two programs per SM. Large M is
 compute-bound: large tiles for MMA efficiency. Deterministic mode (m=None) gets one config per
-(N, K, kind) that never looks at M.
+(N, K, kind) that never looks at M; `spread_k_parts` may then launch an fp8 x fp8 config's K
+parts as split programs at small M (the same sums, so the same bits).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 
 from .common import MatmulConfig, NUM_SMS_DEFAULT, cdiv, next_pow2
 
-__all__ = ["num_sms", "k_block", "split_for", "det_k_parts", "w8a16_heuristic",
-           "w8a8_heuristic"]
+__all__ = ["num_sms", "k_block", "split_for", "det_k_parts", "spread_k_parts",
+           "w8a16_heuristic", "w8a8_heuristic"]
 
 
 def num_sms() -> int:
@@ -117,6 +120,18 @@ def det_k_parts(k: int, bk: int, most: int = 8) -> int:
     while parts > 1 and steps % parts:
         parts //= 2
     return parts
+
+
+def spread_k_parts(cfg: MatmulConfig, m: int, n: int) -> MatmulConfig:
+    """A k_parts config launched as split_k=k_parts programs when its tiles alone would leave
+    SMs idle (small M). The K order is the same -- each part from zero, part sums added left to
+    right, scales after (bitwise on the H200: test_gpu_k_parts_are_the_split_k_sums) -- so this
+    M-dependent choice keeps deterministic mode batch-invariant; only the launch changes."""
+    if cfg.k_parts == 1 or cfg.split_k != 1:
+        return cfg
+    if cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n) >= num_sms():
+        return cfg
+    return dataclasses.replace(cfg, split_k=cfg.k_parts, k_parts=1)
 
 
 def w8a8_heuristic(m: int | None, n: int, k: int, *, per_block: bool) -> MatmulConfig:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from .common import MatmulConfig, resolve_config
 from .fp8_core import fp8_matmul
 from .fp8_dense import dense_applies
-from .fp8_heuristics import w8a8_heuristic
+from .fp8_heuristics import spread_k_parts, w8a8_heuristic
 
 __all__ = ["w8a8_matmul", "w8a8_config", "w8a8_path", "KERNEL_NAME", "BLOCK_KERNEL_NAME"]
 
@@ -36,10 +36,11 @@ def w8a8_config(m: int, n: int, k: int, *, x_scale_kind: str, w_scale_kind: str,
                          f"groups; got w_scale_kind={w_scale_kind!r}, "
                          f"x_scale_kind={x_scale_kind!r}")
     name = BLOCK_KERNEL_NAME if block else KERNEL_NAME
-    return name, resolve_config(
+    cfg = resolve_config(
         name, m=m, n=n, k=k, deterministic=deterministic, explicit=config,
         extra=f"{x_scale_kind}/{w_scale_kind}",
         heuristic=functools.partial(w8a8_heuristic, per_block=block))
+    return name, cfg if config is not None else spread_k_parts(cfg, m, n)
 
 
 def w8a8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,

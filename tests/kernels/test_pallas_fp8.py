@@ -236,6 +236,30 @@ def test_k_parts_are_the_split_k_sums(rng, x_kind, w_kind):
                         MatmulConfig(16, 64, 128, promote_k=128), 4, interpret=True)
 
 
+def test_deterministic_k_parts_launch_as_splits_at_small_m(rng, monkeypatch):
+    """Deterministic fp8 x fp8 runs its K parts as split_k programs when the tiles alone would
+    leave SMs idle, and in-program at large M: the launch follows M, the bits do not."""
+    import pallas_kernels.fp8_heuristics as heur
+    from pallas_kernels import w8a8_config, w8a8_matmul
+    monkeypatch.setattr(heur, "num_sms", lambda: 3)  # 2 N-tiles: M <= 64 is below, M=65 not
+    m, n, k = 65, 256, 1024
+    cfg = lambda mm: w8a8_config(mm, n, k, x_scale_kind="row", w_scale_kind="channel",
+                                 deterministic=True)[1]
+    assert (cfg(1).split_k, cfg(1).k_parts) == (8, 1)
+    assert (cfg(m).split_k, cfg(m).k_parts) == (1, 8)
+    xq = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)),
+                     jnp.float8_e4m3fn)
+    xs = jnp.asarray(rng.uniform(0.5, 2, (m, 1)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.5, 2, (n, 1)), jnp.float32)
+    run = lambda a, s: np.asarray(w8a8_matmul(a, s, w, ws, x_scale_kind="row",
+                                              w_scale_kind="channel", out_dtype=jnp.float32,
+                                              deterministic=True, interpret=True))
+    whole = run(xq, xs)
+    for i in (0, 31, 64):
+        np.testing.assert_array_equal(run(xq[i:i + 1], xs[i:i + 1])[0], whole[i])
+
+
 def test_k_parts_validation():
     with pytest.raises(ValueError, match="k_parts"):
         MatmulConfig(16, 64, 128, split_k=2, k_parts=2)
