@@ -32,17 +32,19 @@ def test_a_schedule_that_does_not_divide_over_the_devices_is_refused():
         det_w8a8(192)
 
 
-def det_w8a8(k: int):
-    return w8a8_config(4, 256, k, x_scale_kind="row", w_scale_kind="channel",
+def det_w8a8(k: int, m: int = 8192):
+    return w8a8_config(m, 256, k, x_scale_kind="row", w_scale_kind="channel",
                        deterministic=True)[1]
 
 
 def test_fp8_x_fp8_parts_become_splits_on_a_device():
-    whole = det_w8a8(2048)  # one program per tile, K in 8 in-program parts
+    whole = det_w8a8(2048)  # enough tiles: one program per tile, K in 8 in-program parts
     assert (whole.split_k, whole.k_parts) == (1, 8)
-    with k_shards("tp", 2):
-        local = det_w8a8(1024)
-    assert (local.split_k, local.k_parts) == (4, 1)  # its 4 parts, as splits
+    assert (det_w8a8(2048, m=4).split_k, det_w8a8(2048, m=4).k_parts) == (8, 1)  # few tiles
+    for m in (4, 8192):
+        with k_shards("tp", 2):
+            local = det_w8a8(1024, m)
+        assert (local.split_k, local.k_parts) == (4, 1)  # its 4 parts, as splits
 
 
 def test_only_deterministic_kernels_run_k_sliced():
