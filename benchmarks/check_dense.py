@@ -15,9 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jqlin
-from jqlin.kernels.pallas_fp8 import _weight_scale, quantize_x
-from jqlin.kernels.xla import pad_k
-from pallas_kernels import w8a16_matmul, w8a8_matmul
+from jqlin.kernels.pallas_fp8 import w8a16_apply, w8a8_apply
 
 
 def _time(f, *args, calls: int = 20) -> float:
@@ -58,17 +56,9 @@ def main(argv=None) -> int:
 
 
 def _run(x, qw, path: str):
-    """The fp8 entry of qw's spec with an explicit path (the dispatcher picks "dense" here)."""
-    scale, w_kind = _weight_scale(qw, qw.spec)
-    interpret = jax.default_backend() == "cpu"  # a CPU smoke run
-    if qw.spec.activation is None:
-        y = w8a16_matmul(pad_k(x, qw.storage_shape[1]), qw.data, scale, scale_kind=w_kind,
-                         path=path, interpret=interpret)
-    else:
-        xq, xs, x_kind = quantize_x(x, qw, qw.spec)
-        y = w8a8_matmul(xq, xs, qw.data, scale, x_scale_kind=x_kind, w_scale_kind=w_kind,
-                        out_dtype=x.dtype, path=path, interpret=interpret)
-    return qw.trim_rows(y)
+    """The fp8 kernel of qw's spec with an explicit path (the dispatcher picks "dense" here)."""
+    apply = w8a16_apply if qw.spec.activation is None else w8a8_apply
+    return apply(x, qw, qw.spec, path=path, interpret=jax.default_backend() == "cpu")
 
 
 if __name__ == "__main__":

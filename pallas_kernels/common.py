@@ -55,8 +55,8 @@ class MatmulConfig:
     (exact for every finite code; a NaN code becomes 480). Interpret mode converts with astype.
     k_parts (MMA variants, split_k 1): K is accumulated as this many contiguous parts, each from
     zero, the part sums added left to right inside the program (whole-K scales after) -- the
-    sums of split_k=k_parts without partials in memory. Deterministic fp8 x fp8 configs use it so that a row-parallel
-    device can compute its parts alone (`k_shards`).
+    sums of split_k=k_parts without partials in memory. Deterministic fp8 x fp8 configs use it,
+    so that a row-parallel device can compute its parts alone (`k_shards`).
     """
 
     block_m: int

@@ -22,17 +22,22 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["fp8_dense_matmul", "dense_applies", "DENSE_MIN_M"]
+__all__ = ["fp8_dense_matmul", "fp8_path", "DENSE_MIN_M"]
 
 F32 = jnp.float32
 DENSE_MIN_M = 1024  # default mode switches to this path from here (benchmarks/NOTES.md)
 _DIMS = (((1,), (1,)), ((), ()))
 
 
-def dense_applies(m: int, x_scale_kind: str, w_scale_kind: str) -> bool:
-    """Whether default mode runs this path: large M and scales constant along K."""
-    return m >= DENSE_MIN_M and x_scale_kind in ("none", "tensor", "row") and \
-        w_scale_kind in ("tensor", "channel")
+def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
+             config=None, path: str | None = None) -> str:
+    """'dense' (this module) at large M in default mode when every scale is constant along K,
+    else 'pallas'; an explicit tile config or path wins. x_scale_kind "none": weight-only."""
+    if path is not None:
+        return path
+    whole_k = x_scale_kind in ("none", "tensor", "row") and w_scale_kind in ("tensor", "channel")
+    dense = not deterministic and config is None and m >= DENSE_MIN_M and whole_k
+    return "dense" if dense else "pallas"
 
 
 def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array,

@@ -14,10 +14,10 @@ import jax.numpy as jnp
 
 from .common import MatmulConfig, resolve_config
 from .fp8_core import fp8_matmul
-from .fp8_dense import dense_applies
+from .fp8_dense import fp8_path
 from .fp8_heuristics import w8a16_heuristic
 
-__all__ = ["w8a16_matmul", "w8a16_config", "w8a16_path", "KERNEL_NAME"]
+__all__ = ["w8a16_matmul", "w8a16_config", "KERNEL_NAME"]
 
 KERNEL_NAME = "fp8_w8a16"
 
@@ -31,16 +31,6 @@ def w8a16_config(m: int, n: int, k: int, *, scale_kind: str, x_dtype, determinis
         heuristic=functools.partial(w8a16_heuristic, per_block=scale_kind == "block"))
 
 
-def w8a16_path(m: int, *, scale_kind: str, deterministic: bool,
-               config: MatmulConfig | None, path: str | None = None) -> str:
-    """'dense' (fp8_dense: one XLA GEMM) at large M in default mode for whole-K scales, else
-    'pallas'; an explicit config or path wins."""
-    if path is not None:
-        return path
-    auto = not deterministic and config is None and dense_applies(m, "none", scale_kind)
-    return "dense" if auto else "pallas"
-
-
 def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                  deterministic: bool = False, config: MatmulConfig | None = None,
                  interpret: bool = False, poison_output: bool = False,
@@ -49,11 +39,11 @@ def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: 
 
     scale_kind: "tensor" | "channel" | "block" (K and N padded to multiples of 128).
     deterministic: use the config chosen from (N, K, scale kind) alone -- batch-invariant rows.
-    path: see w8a16_path (None: chosen by it).
+    path: see fp8_dense.fp8_path (None: chosen by it).
     """
     m, k = x.shape
-    path = w8a16_path(m, scale_kind=scale_kind, deterministic=deterministic, config=config,
-                      path=path)
+    path = fp8_path(m, x_scale_kind="none", w_scale_kind=scale_kind,
+                    deterministic=deterministic, config=config, path=path)
     cfg = w8a16_config(m, w.shape[0], k, scale_kind=scale_kind, x_dtype=x.dtype,
                        deterministic=deterministic, config=config)
     return fp8_matmul(x, None, w, w_scale, x_scale_kind="none", w_scale_kind=scale_kind,

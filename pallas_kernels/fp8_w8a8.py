@@ -17,10 +17,10 @@ import jax.numpy as jnp
 
 from .common import MatmulConfig, resolve_config
 from .fp8_core import fp8_matmul
-from .fp8_dense import dense_applies
+from .fp8_dense import fp8_path
 from .fp8_heuristics import spread_k_parts, w8a8_heuristic
 
-__all__ = ["w8a8_matmul", "w8a8_config", "w8a8_path", "KERNEL_NAME", "BLOCK_KERNEL_NAME"]
+__all__ = ["w8a8_matmul", "w8a8_config", "KERNEL_NAME", "BLOCK_KERNEL_NAME"]
 
 KERNEL_NAME = "fp8_w8a8"
 BLOCK_KERNEL_NAME = "fp8_block"
@@ -43,16 +43,6 @@ def w8a8_config(m: int, n: int, k: int, *, x_scale_kind: str, w_scale_kind: str,
     return name, cfg if config is not None else spread_k_parts(cfg, m, n)
 
 
-def w8a8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
-              config: MatmulConfig | None, path: str | None = None) -> str:
-    """'dense' (fp8_dense: XLA's e4m3 x e4m3 GEMM) at large M in default mode for whole-K
-    scales, else 'pallas'; an explicit config or path wins."""
-    if path is not None:
-        return path
-    auto = not deterministic and config is None and dense_applies(m, x_scale_kind, w_scale_kind)
-    return "dense" if auto else "pallas"
-
-
 def w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                 x_scale_kind: str, w_scale_kind: str, out_dtype=jnp.bfloat16,
                 deterministic: bool = False, config: MatmulConfig | None = None,
@@ -62,11 +52,11 @@ def w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Ar
 
     x_scale_kind: "tensor" (1,1) | "row" (M,1) | "group" (M, K/128, with w_scale_kind "block").
     w_scale_kind: "tensor" (1,1) | "channel" (N,1) | "block" (N/128, K/128).
-    path: see w8a8_path (None: chosen by it).
+    path: see fp8_dense.fp8_path (None: chosen by it).
     """
     m, k = xq.shape
-    path = w8a8_path(m, x_scale_kind=x_scale_kind, w_scale_kind=w_scale_kind,
-                     deterministic=deterministic, config=config, path=path)
+    path = fp8_path(m, x_scale_kind=x_scale_kind, w_scale_kind=w_scale_kind,
+                    deterministic=deterministic, config=config, path=path)
     name, cfg = w8a8_config(m, w.shape[0], k, x_scale_kind=x_scale_kind,
                             w_scale_kind=w_scale_kind, deterministic=deterministic,
                             config=config)

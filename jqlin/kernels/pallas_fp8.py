@@ -27,9 +27,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.fp8_dense import DENSE_MIN_M
-from pallas_kernels.fp8_w8a16 import w8a16_path
-from pallas_kernels.fp8_w8a8 import w8a8_path
+from pallas_kernels.fp8_dense import DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
@@ -68,9 +66,9 @@ def _weight_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]
 def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                 deterministic: bool = False, interpret: bool = False,
                 config: MatmulConfig | None = None,
-                config_overrides: dict | None = None) -> jax.Array:
+                config_overrides: dict | None = None, path: str | None = None) -> jax.Array:
     """The W8A16 kernel on a QuantizedWeight. `config` replaces the resolved tile config;
-    `config_overrides` changes fields of the resolved one (benchmark variants)."""
+    `config_overrides` changes fields of the resolved one, `path` the path (benchmarks)."""
     scale, kind = _weight_scale(qw, spec)
     x = pad_k(x2d, qw.storage_shape[1])  # block formats store K padded to whole blocks
     if config_overrides:
@@ -79,7 +77,7 @@ def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                                       deterministic=deterministic)
         config = dataclasses.replace(base, **config_overrides)
     y = w8a16_matmul(x, qw.data, scale, scale_kind=kind, deterministic=deterministic,
-                     interpret=interpret, config=config)
+                     interpret=interpret, config=config, path=path)
     return qw.trim_rows(y)
 
 
@@ -97,13 +95,14 @@ def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec):
 
 def w8a8_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                deterministic: bool = False, interpret: bool = False,
-               config: MatmulConfig | None = None) -> jax.Array:
-    """The W8A8 / block kernel on a QuantizedWeight; `config` overrides the tile config."""
+               config: MatmulConfig | None = None, path: str | None = None) -> jax.Array:
+    """The W8A8 / block kernel on a QuantizedWeight; `config` / `path` override the tile
+    config / the path (benchmarks)."""
     xq, xs, x_kind = quantize_x(x2d, qw, spec)
     scale, w_kind = _weight_scale(qw, spec)
     y = w8a8_matmul(xq, xs, qw.data, scale, x_scale_kind=x_kind, w_scale_kind=w_kind,
                     out_dtype=x2d.dtype, deterministic=deterministic, interpret=interpret,
-                    config=config)
+                    config=config, path=path)
     return qw.trim_rows(y)
 
 
@@ -117,14 +116,12 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)."""
     n, k = qw.storage_shape
     _, w_kind = _weight_scale(qw, spec)
+    x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
+    path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic)
     if kernel == W8A16.name:
-        path = w8a16_path(m, scale_kind=w_kind, deterministic=deterministic, config=None)
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
                            deterministic=deterministic)
     else:
-        x_kind = _X_KIND[spec.activation.granularity]
-        path = w8a8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind,
-                         deterministic=deterministic, config=None)
         _, cfg = w8a8_config(m, n, k, x_scale_kind=x_kind, w_scale_kind=w_kind,
                              deterministic=deterministic)
     if path == "dense":

@@ -291,18 +291,17 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind):
 
 
 def test_dense_path_is_chosen_only_for_default_mode_large_m_whole_k_scales():
-    from pallas_kernels.fp8_w8a16 import w8a16_path
-    from pallas_kernels.fp8_w8a8 import w8a8_path
-    a16 = lambda m, **kw: w8a16_path(m, **{**dict(scale_kind="channel", deterministic=False,
-                                                  config=None), **kw})
-    a8 = lambda m, **kw: w8a8_path(m, **{**dict(x_scale_kind="row", w_scale_kind="channel",
+    from pallas_kernels.fp8_dense import fp8_path
+    a16 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="none", w_scale_kind="channel",
                                                 deterministic=False, config=None), **kw})
+    a8 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="row", w_scale_kind="channel",
+                                               deterministic=False, config=None), **kw})
     for path in (a16, a8):
         assert path(1024) == "dense" and path(1023) == "pallas"
         assert path(4096, deterministic=True) == "pallas"  # cuBLAS's order follows M
         assert path(4096, config=MatmulConfig(64, 128, 128)) == "pallas"
         assert path(16, path="dense") == "dense"
-    assert a16(4096, scale_kind="block") == "pallas"  # block scales change along K
+    assert a16(4096, w_scale_kind="block") == "pallas"  # block scales change along K
     assert a8(4096, x_scale_kind="group", w_scale_kind="block") == "pallas"
 
 
