@@ -1,10 +1,12 @@
 """The dispatcher: choices, explanations and every error path."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jqlin
-from jqlin import dispatch
+from jqlin import dispatch, formats
 from jqlin.dispatch import WEIGHT_ONLY, Kernel, KeyPattern
 
 F32 = np.float32
@@ -164,3 +166,20 @@ def test_explain_says_what_the_chosen_kernel_runs(rng):
     mx = jqlin.explain((4096, 256), _qw(rng, "mxfp8_a16", n=128, k=256), kernel="pallas_mxfp8")
     assert mx.detail["path"].startswith("dense")
     assert jqlin.explain((3, 64), _qw(rng)).detail is None  # the XLA kernel: nothing to add
+
+
+@pytest.mark.parametrize("fmt", formats.names())
+def test_explain_takes_abstract_weights_for_every_kernel(fmt):
+    """Benchmarks and jit-time callers explain ShapeDtypeStruct weights (eval_shape of quantize):
+    no describe_config may touch their values (session 5: a per-tensor scale reshape did)."""
+    from jqlin.bench import _abstract_qweight
+    qw = _abstract_qweight(formats.get(fmt), 256, 512)
+    kernels = [k for k in jqlin.registered_kernels()
+               if jqlin.explain((1, 512), qw, kernel=k).chosen == k]
+    assert kernels  # at least the XLA reference honours every format
+    for kernel in kernels:
+        for m, det in ((1, False), (4096, False), (4096, True)):
+            ex = jqlin.explain(jax.ShapeDtypeStruct((m, 512), jnp.bfloat16), qw, kernel=kernel,
+                               deterministic=det)
+            assert ex.chosen == kernel
+            assert ex.detail is None or ex.detail.get("path"), (kernel, ex.detail)

@@ -115,7 +115,7 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                     deterministic: bool) -> dict:
     """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)."""
     n, k = qw.storage_shape
-    _, w_kind = _weight_scale(qw, spec)
+    w_kind = _W_KIND[spec.weight.granularity]  # not _weight_scale: qw may be abstract
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
     path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic)
     if kernel == W8A16.name:
