@@ -2,8 +2,8 @@
 
 A random Llama-3-8B-shaped model (hidden 4096, 14336 intermediate, 32 heads / 8 KV heads),
 every Linear but lm_head quantized online; timed as a 1-layer model ("one decoder layer" plus
-embedding and lm_head) and a `--layers`-layer model ("model step"), at M in {1, 16, 256}
-tokens, on one device and tensor-parallel over N devices in each `--styles` layout ("megatron",
+embedding and lm_head) and deeper ones (`--layers 1,32`: the 8B "model step"), at M in
+{1, 16, 256} tokens, on one device and tensor-parallel over N devices in each `--styles` layout ("megatron",
 "column"); each row also records whether deterministic logits are bitwise those of one device.
 
     PYTHONPATH=. python benchmarks/bench_tp.py --out tp.json          # on the GPU machine
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -78,7 +79,8 @@ def timed(model: Llama, ids: np.ndarray, reps: int, calls: int = 10,
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--format", default="fp8_block")
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", default="1,4",
+                    help="comma list of model depths to time (1: one decoder layer)")
     ap.add_argument("--devices", type=int, default=len(jax.devices()))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--styles", default="megatron,column", help="shard_model styles to time")
@@ -96,7 +98,17 @@ def main() -> int:
     n = args.devices
     mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
     styles = args.styles.split(",")
-    for layers in sorted({1, args.layers}):
+    def save() -> None:  # after every row: a time box that cuts the run keeps what it measured
+        if args.out:
+            meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, devices=n,
+                        shape=shape, styles=styles, timing="wall: per jitted forward, 10 "
+                        "dispatched back to back, median of reps; device: CUPTI kernel time per "
+                        "forward of the busiest GPU", rows=rows)
+            with open(args.out + ".tmp", "w") as fh:
+                json.dump(meta, fh, indent=1)
+            os.replace(args.out + ".tmp", args.out)
+
+    for layers in sorted({int(v) for v in args.layers.split(",")}):
         cfg = LlamaConfig(num_hidden_layers=layers, **shape)
         single = build(cfg, args.format)
         ids_by_m = {m: np.random.default_rng(m).integers(3, cfg.vocab_size, (1, m)).astype(np.int32)
@@ -128,15 +140,10 @@ def main() -> int:
                       f"{n} devices {tn * 1e6:9.1f} us ({t1 / tn:5.2f}x); device: "
                       f"{d1 * 1e6:9.1f} / {dn * 1e6:9.1f} us ({d1 / dn:5.2f}x); rel.err {err:.1e}"
                       f" det bitwise {det}", flush=True)
+                save()
             del tp
         del single
-    meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, devices=n,
-                shape=shape, styles=styles, timing="wall: per jitted forward, 10 "
-                "dispatched back to back, median of reps; device: CUPTI kernel time per forward "
-                "of the busiest GPU", rows=rows)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(meta, fh, indent=1)
+    save()
     return 0
 
 
