@@ -3,8 +3,9 @@
 A random Llama-3-8B-shaped model (hidden 4096, 14336 intermediate, 32 heads / 8 KV heads),
 every Linear but lm_head quantized online; timed as a 1-layer model ("one decoder layer" plus
 embedding and lm_head) and deeper ones (`--layers 1,32`: the 8B "model step"), at M in
-{1, 16, 256} tokens, on one device and tensor-parallel over N devices in each `--styles` layout ("megatron",
-"column"); each row also records whether deterministic logits are bitwise those of one device.
+{1, 16, 256} tokens, on one device and tensor-parallel over N devices in each `--styles` layout
+("megatron", "column"); each row also records whether deterministic logits are bitwise those of
+one device.
 
     PYTHONPATH=. python benchmarks/bench_tp.py --out tp.json          # on the GPU machine
     PYTHONPATH=. python benchmarks/bench_tp.py --small                # CPU smoke run
