@@ -84,6 +84,7 @@ def main() -> int:
                     help="comma list of model depths to time (1: one decoder layer)")
     ap.add_argument("--devices", type=int, default=len(jax.devices()))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--m", default="1,16,256", help="comma list of token counts")
     ap.add_argument("--styles", default="megatron,column", help="shard_model styles to time")
     ap.add_argument("--det", action="store_true",
                     help="also time the deterministic forward (row-parallel: split partials "
@@ -113,7 +114,7 @@ def main() -> int:
         cfg = LlamaConfig(num_hidden_layers=layers, **shape)
         single = build(cfg, args.format)
         ids_by_m = {m: np.random.default_rng(m).integers(3, cfg.vocab_size, (1, m)).astype(np.int32)
-                    for m in (1, 16, 256)}
+                    for m in (int(v) for v in args.m.split(","))}
         one = {m: timed(single, ids, args.reps) for m, ids in ids_by_m.items()}
         one_det = {m: timed(single, ids, args.reps, deterministic=True)
                    for m, ids in ids_by_m.items()} if args.det else {}

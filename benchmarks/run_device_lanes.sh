@@ -8,7 +8,8 @@
 # Steps: tests (all GPU-marked tests; PYTEST_K selects by -k), grid:<shapes>:<m> (FP8 grid of bench_matmul.py),
 #        fp4:<shapes>:<m> (NVFP4/MX grid of bench_fp4_mx.py), sweep:<parts> (sweep_fp8.py,
 #        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode),
-#        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_ARGS),
+#        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_CHECKS selects
+#        tp_check's groups, TP_ARGS bench_tp's arguments),
 #        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
@@ -29,7 +30,7 @@ lane() {  # lane <gpus> <steps...>
         local ngpu=$(( $(tr -cd , <<< "$gpus" | wc -c) + 1 ))
         { if [[ ${T_TPCHECK:-200} != 0 ]]; then  # T_TPCHECK=0: benchmark only
             CUDA_VISIBLE_DEVICES=$gpus timeout "$(box ${T_TPCHECK:-200})" \
-              python3 tests/models/tp_check.py .fixtures "$ngpu"
+              python3 tests/models/tp_check.py .fixtures "$ngpu" ${TP_CHECKS:-}
             echo "tp_check rc=$?"; fi
           CUDA_VISIBLE_DEVICES=$gpus timeout "$(box ${T_TPBENCH:-250})" python3 benchmarks/bench_tp.py \
             ${TP_ARGS:-} --out "$OUT/tp_x$ngpu.json"
@@ -44,8 +45,8 @@ lane() {  # lane <gpus> <steps...>
         echo "pytest rc=${PIPESTATUS[0]}";;
       grid)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_GRID:-500})" python3 benchmarks/bench_matmul.py \
-          --formats $FP8_FORMATS --reps 3 --det-formats fp8_per_channel_a16,fp8_ptpc,fp8_block \
-          --fast-convert-variant fp8_per_channel_a16,fp8_block_a16 --shapes "$shapes" --m "$ms" \
+          --formats $FP8_FORMATS --reps 3 --det-formats "${GRID_DET-fp8_per_channel_a16,fp8_ptpc,fp8_block}" \
+          --fast-convert-variant "${GRID_FAST-fp8_per_channel_a16,fp8_block_a16}" --shapes "$shapes" --m "$ms" \
           ${GRID_EXTRA:-} --out "/tmp/grid$gpu" 2>&1 | grep -E "device:|cases:|Error|rror:" | head -40
         echo "grid rc=${PIPESTATUS[0]}"; cp /tmp/grid$gpu/bench.jsonl "$OUT/grid_gpu${gpu}_$n.jsonl";;
       fp4)

@@ -157,9 +157,10 @@ def _op(fmt: str, cfg: C, m: int) -> bench.Op:
                     config=cfg.to_json())
 
 
-def _mgpu_block_op(blocks: int) -> bench.Op:
-    """fp8_block through the experimental Mosaic GPU kernel (pallas_kernels.fp8_block_mgpu) with
-    `blocks` K-blocks per pipeline step, activations quantized as the dispatcher's glue does."""
+def _mgpu_block_op(blocks: int, group_m: int = 1) -> bench.Op:
+    """fp8_block through the Mosaic GPU kernel (pallas_kernels.fp8_block_mgpu) with `blocks`
+    K-blocks per pipeline step and `group_m` tile rows per launch group, activations quantized
+    as the dispatcher's glue does."""
     from jqlin.kernels.pallas_fp8 import quantize_x
     from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
     interpret = jax.default_backend() == "cpu"
@@ -167,9 +168,17 @@ def _mgpu_block_op(blocks: int) -> bench.Op:
     def fn(x, qw):
         xq, xs, _ = quantize_x(x, qw, qw.spec)
         y = fp8_block_matmul_mgpu(xq, xs, qw.data, qw.scale, out_dtype=x.dtype,
-                                  blocks_per_step=blocks, interpret=interpret)
+                                  blocks_per_step=blocks, group_m=group_m, interpret=interpret)
         return qw.trim_rows(y)
-    return bench.Op(f"mgpu_block{blocks}", "fp8_block", "default", fn)
+    return bench.Op(f"mgpu_block{blocks}_g{group_m}", "fp8_block", "default", fn)
+
+
+def _triton_block_op() -> bench.Op:
+    """fp8_block through the Triton kernel at every M (the dispatcher leaves it at M >= 1024)."""
+    from jqlin.kernels.pallas_fp8 import w8a8_apply
+    interpret = jax.default_backend() == "cpu"
+    return bench.Op("triton_block", "fp8_block", "default",
+                    lambda x, qw: w8a8_apply(x, qw, qw.spec, interpret=interpret, path="pallas"))
 
 
 def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):
@@ -247,15 +256,17 @@ def main(argv=None) -> int:
         v5_shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
                      ("llama3-8b", 4096, 28672), ("deepseek-v3", 18432, 7168)]
         go(v5_shapes, "fp8_per_channel_a16", GEMV_V5 + GEMV_V4[4:5] + SMALL_V3[:1], (1, 2, 4))
-    if "mgpu" in parts:  # the Mosaic GPU block kernel vs the Triton one (auto) and bf16
-        ms = (1024, 4096, 16384)
+    if "mgpu" in parts:  # the Mosaic GPU block kernel vs the Triton one, the dispatcher, bf16
+        # v2 (session 5): grouped launch order (group_m) and the M where it starts to pay
+        ms = (256, 512, 1024, 4096, 16384)
         shapes = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576),
-                  ("llama3-70b", 28672, 8192)]
+                  ("llama3-70b", 28672, 8192), ("llama3-8b", 4096, 6144)]
         if args.tiny:
             shapes, ms = [("tiny", 512, 256)], (200,)
         for model, k, n in shapes:
             ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_block", "fp8_block"),
-                   _mgpu_block_op(1), _mgpu_block_op(2)]
+                   _triton_block_op(), _mgpu_block_op(2), _mgpu_block_op(2, 8),
+                   _mgpu_block_op(2, 16)]
             res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
                             on_record=records.append)
             meta.update({kk: v for kk, v in res.items() if kk != "records"})

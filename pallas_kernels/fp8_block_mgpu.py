@@ -1,8 +1,9 @@
 """Block-scaled FP8 x FP8 (DeepSeek-V3 recipe) on Mosaic GPU: wgmma with TMA and a
-warp-specialized pipeline, for prefill sizes. EXPERIMENTAL: lowers for CUDA and runs in
-Mosaic GPU's interpreter on CPU, race detector included (tests/kernels/test_fp8_block_mgpu.py);
-not yet run or timed on a GPU, so not registered with the dispatcher (benchmarks/sweep_fp8.py --parts mgpu times it
-against the Triton block kernel and bf16).
+warp-specialized pipeline, for prefill sizes. The fp8_block kernel's default-mode path from
+M = 256 on sm_90 (fp8_paths). H200, session 5 (benchmarks/sweep_fp8.py --parts mgpu, 4 shapes):
+707-868 TFLOP/s at M >= 4096 with 2 K-blocks per step and group_m=16, 1.13-1.42x the Triton
+block kernel, 0.96-1.16x bf16; checked against float64 on the GPU, in Mosaic GPU's interpreter
+and its race detector on CPU (tests/kernels/test_fp8_block_mgpu.py).
 
 Why: the Triton kernel's block W8A8 reaches 0.70-1.03x bf16 (541-725 TFLOP/s) at M >= 4096 on
 the H200 while cuBLASLt's per-tensor fp8 reaches 1.6-1.8x: Triton's pipeline has no warp
@@ -39,7 +40,17 @@ _WG_ROWS = 64  # rows of the output tile per compute warpgroup (two per CTA)
 F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
 
 
-def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int):
+def _tile(t, m_tiles: int, n_tiles: int, group_m: int):
+    """(m, n) tile of launch index t: groups of group_m tile rows walked column by column, so
+    the CTAs resident at once share their A rows and B columns in L2."""
+    width = group_m * n_tiles
+    first_m = (t // width) * group_m
+    rows = jnp.minimum(m_tiles - first_m, group_m)
+    return first_m + (t % width) % rows, (t % width) // rows
+
+
+def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
+            group_m: int):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
     step_k = blocks * BLOCK  # K per pipeline step
@@ -50,7 +61,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
     out_swizzle = plgpu.find_swizzle(BLOCK * out_bytes * 8)
     out_tiles = (plgpu.TilingTransform((8, out_swizzle // out_bytes)),
                  plgpu.SwizzleTransform(out_swizzle))
-    m_idx, n_idx = lax.axis_index("m"), lax.axis_index("n")
+    m_idx, n_idx = _tile(lax.axis_index("tile"), m // BLOCK, n // BLOCK, group_m)
     m_slice = pl.ds(m_idx * BLOCK, BLOCK)
     n_slice = pl.ds(n_idx * BLOCK, BLOCK)
 
@@ -123,7 +134,7 @@ def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
 
 def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
                           *, out_dtype=BF16, stages: int | None = None,
-                          blocks_per_step: int = 1,
+                          blocks_per_step: int = 1, group_m: int = 1,
                           interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
@@ -132,9 +143,12 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     (one more 64x128 f32 accumulator per warpgroup); K must be a multiple of 256.
     stages: pipeline steps in flight (shared memory: 32 KB per 128-wide K-block; the 227 KB
     of an H100/H200 block hold 6 blocks); None: 4 K-blocks' worth (4 steps, or 2 of 2 blocks).
+    group_m: output tile rows launched together (1: row by row; see _tile).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
     if blocks_per_step not in (1, 2):
         raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
+    if not (isinstance(group_m, int) and group_m >= 1):
+        raise ValueError(f"group_m must be a positive int, got {group_m!r}")
     stages = stages or 4 // blocks_per_step
     m, k = xq.shape
     n = w.shape[0]
@@ -155,10 +169,10 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_cols = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
     call = plgpu.kernel(
-        functools.partial(_kernel, stages=stages, blocks=blocks_per_step),
+        functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m),
         out_type=jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)),
-        grid=(mp // BLOCK, n // BLOCK),
-        grid_names=("m", "n"),
+        grid=(mp // BLOCK * (n // BLOCK),),
+        grid_names=("tile",),
         num_threads=3,
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(

@@ -39,6 +39,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
+from .fp8_block_mgpu import fp8_block_matmul_mgpu
 from .fp8_dense import fp8_dense_matmul
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
@@ -309,8 +310,9 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     "channel", (N/128, K/128) "block". out_dtype defaults to x's dtype (bf16 for e4m3 x).
     poison_output: test hook -- the kernel writes into a NaN-filled buffer passed in (aliased),
     so any element it fails to write stays NaN.
-    path: "pallas" (this kernel) or "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
-    scales only; not batch-invariant).
+    path: "pallas" (this kernel), "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
+    scales only) or "mgpu" (fp8_block_mgpu: Mosaic GPU wgmma, block / group scales only); the
+    last two are not batch-invariant (fp8_paths).
     """
     if x_scale_kind not in X_SCALE_KINDS:
         raise ValueError(f"x_scale_kind must be one of {X_SCALE_KINDS}, got {x_scale_kind!r}")
@@ -345,8 +347,19 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     if path == "dense":
         return fp8_dense_matmul(x, x_scale, w, w_scale, x_scale_kind=x_scale_kind,
                                 w_scale_kind=w_scale_kind, out_dtype=out_dtype)
+    if path == "mgpu":
+        if (x_scale_kind, w_scale_kind) != ("group", "block"):
+            raise ValueError("the mgpu path is the block-scaled W8A8 kernel: it needs "
+                             f"x_scale_kind 'group' and w_scale_kind 'block', got "
+                             f"{x_scale_kind!r} and {w_scale_kind!r}")
+        # two K-blocks per pipeline step overlap one block's promotion with the next block's
+        # wgmma (session 5: +4-13% over one block per step); 16 tile rows per launch group
+        # share their operands in L2 (+0-14% over row-by-row launch order)
+        blocks = 2 if k % (2 * SCALE_BLOCK) == 0 else 1
+        return fp8_block_matmul_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
+                                     blocks_per_step=blocks, group_m=16, interpret=interpret)
     if path != "pallas":
-        raise ValueError(f"path must be 'pallas' or 'dense', got {path!r}")
+        raise ValueError(f"path must be 'pallas', 'dense' or 'mgpu', got {path!r}")
     sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)
     dot_dtype = E4M3 if fp8_x else x.dtype
     p = _Static(m, n, k, config, x_scale_kind, w_scale_kind, dot_dtype, sps, out_dtype,

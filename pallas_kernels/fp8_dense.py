@@ -12,8 +12,8 @@ and the sum is a plain GEMM of the stored codes: e4m3 x e4m3 (cuBLASLt fp8 on Ho
 activations x codes converted to the activation dtype (exact: every e4m3 value is a bf16 / f16
 number) for W8A16. Products are exact and accumulate in float32 (precision HIGHEST: no fast
 fp8 accumulation); the scales apply to the float32 sum in the kernels' order (x's, then w's).
-The summation order is cuBLAS's, chosen by shape, so this path serves default mode only.
-Block / group scales change along K and keep the Triton kernels.
+The summation order is cuBLAS's, chosen by shape, so this path serves default mode only
+(fp8_paths.fp8_path). Block / group scales change along K: fp8_block_mgpu serves those.
 """
 
 from __future__ import annotations
@@ -22,22 +22,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["fp8_dense_matmul", "fp8_path", "DENSE_MIN_M"]
+__all__ = ["fp8_dense_matmul"]
 
 F32 = jnp.float32
-DENSE_MIN_M = 1024  # default mode switches to this path from here (benchmarks/NOTES.md)
 _DIMS = (((1,), (1,)), ((), ()))
-
-
-def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
-             config=None, path: str | None = None) -> str:
-    """'dense' (this module) at large M in default mode when every scale is constant along K,
-    else 'pallas'; an explicit tile config or path wins. x_scale_kind "none": weight-only."""
-    if path is not None:
-        return path
-    whole_k = x_scale_kind in ("none", "tensor", "row") and w_scale_kind in ("tensor", "channel")
-    dense = not deterministic and config is None and m >= DENSE_MIN_M and whole_k
-    return "dense" if dense else "pallas"
 
 
 def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array,

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .common import MatmulConfig, resolve_config
 from .fp8_core import fp8_matmul
-from .fp8_dense import fp8_path
+from .fp8_paths import fp8_path
 from .fp8_heuristics import w8a16_heuristic
 
 __all__ = ["w8a16_matmul", "w8a16_config", "KERNEL_NAME"]
@@ -39,11 +39,12 @@ def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: 
 
     scale_kind: "tensor" | "channel" | "block" (K and N padded to multiples of 128).
     deterministic: use the config chosen from (N, K, scale kind) alone -- batch-invariant rows.
-    path: see fp8_dense.fp8_path (None: chosen by it).
+    path: see fp8_paths.fp8_path (None: chosen by it).
     """
     m, k = x.shape
     path = fp8_path(m, x_scale_kind="none", w_scale_kind=scale_kind,
-                    deterministic=deterministic, config=config, path=path)
+                    deterministic=deterministic, config=config, path=path,
+                    interpret=interpret)
     cfg = w8a16_config(m, w.shape[0], k, scale_kind=scale_kind, x_dtype=x.dtype,
                        deterministic=deterministic, config=config)
     return fp8_matmul(x, None, w, w_scale, x_scale_kind="none", w_scale_kind=scale_kind,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from .common import MatmulConfig, resolve_config
 from .fp8_core import fp8_matmul
-from .fp8_dense import fp8_path
+from .fp8_paths import fp8_path
 from .fp8_heuristics import spread_k_parts, w8a8_heuristic
 
 __all__ = ["w8a8_matmul", "w8a8_config", "KERNEL_NAME", "BLOCK_KERNEL_NAME"]
@@ -52,11 +52,12 @@ def w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Ar
 
     x_scale_kind: "tensor" (1,1) | "row" (M,1) | "group" (M, K/128, with w_scale_kind "block").
     w_scale_kind: "tensor" (1,1) | "channel" (N,1) | "block" (N/128, K/128).
-    path: see fp8_dense.fp8_path (None: chosen by it).
+    path: see fp8_paths.fp8_path (None: chosen by it).
     """
     m, k = xq.shape
     path = fp8_path(m, x_scale_kind=x_scale_kind, w_scale_kind=w_scale_kind,
-                    deterministic=deterministic, config=config, path=path)
+                    deterministic=deterministic, config=config, path=path,
+                    interpret=interpret)
     name, cfg = w8a8_config(m, w.shape[0], k, x_scale_kind=x_scale_kind,
                             w_scale_kind=w_scale_kind, deterministic=deterministic,
                             config=config)

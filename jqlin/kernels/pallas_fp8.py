@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.fp8_dense import DENSE_MIN_M, fp8_path
+from pallas_kernels.fp8_paths import DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
@@ -117,7 +117,8 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     n, k = qw.storage_shape
     w_kind = _W_KIND[spec.weight.granularity]  # not _weight_scale: qw may be abstract
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
-    path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic)
+    path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic,
+                    interpret=jax.default_backend() == "cpu")  # the dispatcher interprets there
     if kernel == W8A16.name:
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
                            deterministic=deterministic)
@@ -126,6 +127,10 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                              deterministic=deterministic)
     if path == "dense":
         return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
+    if path == "mgpu":
+        blocks = 2 if k % 256 == 0 else 1
+        return {"path": f"mgpu (Mosaic GPU wgmma block kernel, 128x128 CTA tiles, {blocks} "
+                        "K-block(s) per pipeline step, launch groups of 16 tile rows)"}
     return {**cfg.to_json(), "path": "pallas"}
 
 
@@ -154,6 +159,7 @@ BLOCK = register_kernel(Kernel(
     impl=w8a8_impl,
     honours=((_W_BLOCK, _A_GROUP128),),
     description="Pallas/Triton block-scaled FP8 x FP8 (128x128 weight blocks, 1x128 dynamic "
-                "activation groups), per-K-block scaling of f32 partials",
+                "activation groups), per-K-block scaling of f32 partials; default mode at "
+                "M >= 256 on sm_90: the Mosaic GPU wgmma kernel (fp8_block_mgpu), same order",
     **HOPPER_PALLAS,
 ))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
+from pallas_kernels.fp8_block_mgpu import _tile, fp8_block_matmul_mgpu
 
 # fp8 MMAs accumulate inside the tensor core with ~14 significant bits per 128-K block (as the
 # Triton block kernel, test_pallas_fp8.GPU_ACC_RTOL_FP8); the interpreter sums in float32.
@@ -43,18 +43,26 @@ def _check(y, ref, bound, acc_rtol, out_dtype):
     assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
 
 
-@pytest.mark.parametrize("blocks", [1, 2])
-@pytest.mark.parametrize("m,out_dtype", [(200, jnp.float32), (1, jnp.bfloat16)])
-def test_interpreter_matches_float64(rng, m, out_dtype, blocks):
-    """Partial M tile (200 -> 256 rows, 1 -> 128), two N tiles, four K-blocks whose scales
-    differ; one or two K-blocks per pipeline step."""
+@pytest.mark.parametrize("blocks,group_m", [(1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("m,out_dtype", [(300, jnp.float32), (1, jnp.bfloat16)])
+def test_interpreter_matches_float64(rng, m, out_dtype, blocks, group_m):
+    """Partial M tile (300 -> 384 rows: a partial tile group at group_m=2; 1 -> 128), two N
+    tiles, four K-blocks whose scales differ; one or two K-blocks per pipeline step."""
     xq, xs, w, ws = _operands(rng, m, 256, 512)
     f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=out_dtype, interpret=True,
-                                                 blocks_per_step=blocks))
+                                                 blocks_per_step=blocks, group_m=group_m))
     y = f(xq, xs, w, ws)
     assert y.dtype == out_dtype
     ref, bound = _float64(xq, xs, w, ws)
     _check(y, ref, bound, CPU_ACC_RTOL, out_dtype)
+
+
+@pytest.mark.parametrize("m_tiles,n_tiles,group_m", [(3, 5, 2), (4, 3, 8), (5, 2, 1), (1, 1, 4)])
+def test_tile_order_covers_every_tile_once(m_tiles, n_tiles, group_m):
+    tiles = [tuple(int(v) for v in _tile(jnp.int32(t), m_tiles, n_tiles, group_m))
+             for t in range(m_tiles * n_tiles)]
+    assert sorted(tiles) == [(i, j) for i in range(m_tiles) for j in range(n_tiles)]
+    assert [j for i, j in tiles[:min(group_m, m_tiles)]] == [0] * min(group_m, m_tiles)
 
 
 @pytest.mark.parametrize("blocks", [1, 2])
@@ -75,7 +83,7 @@ def test_interpreter_finds_no_races(rng, blocks):
 def test_lowers_for_cuda_on_cpu(rng, blocks):
     """Mosaic GPU's lowering (layouts, transforms, TMA shapes) runs in Python: it must pass."""
     args = _operands(rng, 256, 384, 1024)
-    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, blocks_per_step=blocks))
+    f = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, blocks_per_step=blocks, group_m=2))
     text = f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
 
@@ -92,14 +100,16 @@ def test_rejects_bad_operands(rng):
         fp8_block_matmul_mgpu(xq, xs, w, ws, blocks_per_step=3)
     with pytest.raises(ValueError, match="x_scale must be"):
         fp8_block_matmul_mgpu(xq, xs[:, :1], w, ws)
+    with pytest.raises(ValueError, match="group_m"):
+        fp8_block_matmul_mgpu(xq, xs, w, ws, group_m=0)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("blocks", [1, 2])
+@pytest.mark.parametrize("blocks,group_m", [(1, 1), (2, 1), (2, 8)])
 @pytest.mark.parametrize("m", [1, 255, 4096])
-def test_gpu_matches_float64(rng, m, blocks):
+def test_gpu_matches_float64(rng, m, blocks, group_m):
     xq, xs, w, ws = _operands(rng, m, 2560, 7168)
-    y = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=jnp.float32,
+    y = jax.jit(lambda *a: fp8_block_matmul_mgpu(*a, out_dtype=jnp.float32, group_m=group_m,
                                                  blocks_per_step=blocks))(xq, xs, w, ws)
     ref, bound = _float64(xq, xs, w, ws)
     _check(y, ref, bound, GPU_ACC_RTOL, jnp.float32)

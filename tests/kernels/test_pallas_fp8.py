@@ -16,7 +16,7 @@ import pytest
 
 from jqlin import dispatch, formats, qweight
 from jqlin.errors import UnsupportedSpecError
-from jqlin.kernels.pallas_fp8 import quantize_x
+from jqlin.kernels.pallas_fp8 import quantize_x, w8a8_apply
 from jqlin.kernels.xla import reference_activation
 from pallas_kernels import (MatmulConfig, cache_config, clear_config_cache, fp8_matmul,
                             resolve_config)
@@ -290,8 +290,8 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind):
     assert_close(y, ref.astype(np.float32), bound, CPU_ACC_RTOL)
 
 
-def test_dense_path_is_chosen_only_for_default_mode_large_m_whole_k_scales():
-    from pallas_kernels.fp8_dense import fp8_path
+def test_paths_are_chosen_only_for_default_mode_large_m():
+    from pallas_kernels.fp8_paths import MGPU_MIN_M, fp8_path
     a16 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="none", w_scale_kind="channel",
                                                 deterministic=False, config=None), **kw})
     a8 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="row", w_scale_kind="channel",
@@ -302,7 +302,15 @@ def test_dense_path_is_chosen_only_for_default_mode_large_m_whole_k_scales():
         assert path(4096, config=MatmulConfig(64, 128, 128)) == "pallas"
         assert path(16, path="dense") == "dense"
     assert a16(4096, w_scale_kind="block") == "pallas"  # block scales change along K
-    assert a8(4096, x_scale_kind="group", w_scale_kind="block") == "pallas"
+    block = dict(x_scale_kind="group", w_scale_kind="block")
+    assert a8(4096, interpret=True, **block) == "mgpu"  # the Mosaic GPU kernel (interpreted)
+    assert a8(MGPU_MIN_M, interpret=True, **block) == "mgpu"
+    assert a8(MGPU_MIN_M - 1, interpret=True, **block) == "pallas"
+    assert a8(4096, interpret=True, deterministic=True, **block) == "pallas"
+    if jax.default_backend() == "cpu":
+        assert a8(4096, interpret=False, **block) == "pallas"  # no wgmma here
+    with pytest.raises(ValueError, match="path must be one of"):
+        a8(16, path="cublas")
 
 
 def test_dispatch_runs_the_dense_path_at_prefill_sizes(rng):
@@ -456,3 +464,24 @@ def test_gpu_launch_variants_poisoned(rng, case):
     fp8_mma = case[1] != "none" and case[6].fp8_mma
     _run_variant(rng, case, interpret=False,
                  acc_rtol=GPU_ACC_RTOL_FP8 if fp8_mma else GPU_ACC_RTOL)
+
+
+def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):
+    """Default mode, fp8_block, M >= MGPU_MIN_M: the Mosaic GPU wgmma kernel (its interpreter on
+    CPU), with the Triton kernel's per-128-K order -- so it agrees with the Triton path to the
+    last few bits and with the XLA reference within the fp8 bound. Deterministic mode keeps the
+    Triton kernel's M-free schedule."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    from pallas_kernels.fp8_paths import MGPU_MIN_M
+    qw = qweight.quantize(jnp.asarray(rng.standard_normal((200, 384)), jnp.float32), "fp8_block")
+    m = MGPU_MIN_M + 3  # a partial 128-row tile
+    x = jnp.asarray(rng.standard_normal((m, 384)) * rng.uniform(0.1, 3, (m, 1)), jnp.float32)
+    assert describe_config("pallas_fp8_block", m, qw, qw.spec, x.dtype, False)["path"].startswith(
+        "mgpu")
+    assert describe_config("pallas_fp8_block", m, qw, qw.spec, x.dtype, True)["path"] == "pallas"
+    y = np.asarray(dispatch.matmul(x, qw, kernel="pallas_fp8_block"))
+    assert y.shape == (m, 200) and np.isfinite(y).all()
+    triton = np.asarray(w8a8_apply(x, qw, qw.spec, interpret=True, path="pallas"))
+    ref, bound = _f64_from_codes(x, qw)
+    assert_close(y, ref, bound, CPU_ACC_RTOL)
+    assert_close(y, triton, bound, CPU_ACC_RTOL)

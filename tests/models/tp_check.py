@@ -165,21 +165,31 @@ def check_collectives(fmt: str, n: int) -> None:
     print(f"ok collectives {fmt} devices={n} {dict(ops)} rel={rel:.1e}")
 
 
+GROUPS = ("fixtures", "column", "row", "megatron", "collectives")
+
 if __name__ == "__main__":
     fixtures = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else len(jax.devices())
-    check(os.path.join(fixtures, "ct_fp8_dynamic"), "column", n)
-    check(os.path.join(fixtures, "ct_mxfp8"), "megatron", n)
-    check(os.path.join(fixtures, "ct_mxfp8"), "column", n)
-    check(os.path.join(fixtures, "modelopt_nvfp4"), "column", n)
-    for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
-        check_layer_bitwise(fmt, n)
-    if jax.default_backend() == "gpu":  # the Pallas kernels (interpret-mode twin: sharding_check)
+    only = sys.argv[3].split(",") if len(sys.argv) > 3 else GROUPS  # e.g. "megatron,collectives"
+    if not set(only) <= set(GROUPS):
+        raise SystemExit(f"tp_check: groups must be among {GROUPS}, got {only}")
+    gpu = jax.default_backend() == "gpu"  # row / megatron: the Pallas kernels (interpret-mode
+    if "fixtures" in only:                # twin on CPU: sharding_check)
+        check(os.path.join(fixtures, "ct_fp8_dynamic"), "column", n)
+        check(os.path.join(fixtures, "ct_mxfp8"), "megatron", n)
+        check(os.path.join(fixtures, "ct_mxfp8"), "column", n)
+        check(os.path.join(fixtures, "modelopt_nvfp4"), "column", n)
+    if "column" in only:
+        for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
+            check_layer_bitwise(fmt, n)
+    if "row" in only and gpu:
         for fmt in ("fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc", "fp8_block",
                     "nvfp4_a16", "nvfp4", "mxfp8"):
             check_row_bitwise(fmt, n)
+    if "megatron" in only and gpu:
         for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
             check_megatron_bitwise(fmt, n)
-    check_collectives("fp8_block", n)
-    check_collectives("mxfp8", n)
+    if "collectives" in only:
+        check_collectives("fp8_block", n)
+        check_collectives("mxfp8", n)
     print("ALL OK")
