@@ -74,6 +74,30 @@ def sdg_section(path: pathlib.Path) -> list[str]:
     return out
 
 
+def mgpu_section(path: pathlib.Path) -> list[str]:
+    """The Mosaic GPU block kernel's variants against the Triton block kernel and bf16."""
+    d = json.loads(path.read_text())
+    recs = [r for r in d["records"] if "median_us" in r]
+    labels = ["fp8_block:triton_block"] + sorted(
+        {r["label"] for r in recs if r["label"].startswith("fp8_block:mgpu")},
+        key=lambda l: (l.split("_g")[0], int(l.rsplit("_g", 1)[1]) if "_g" in l else 0))
+    out = [f"### Block FP8 W8A8 on Mosaic GPU ({path.name})", "",
+           "TFLOP/s and speedup vs bf16 `jnp.dot` (same shape and M, same process, CUPTI device "
+           "time). `triton_block`: the Triton kernel; `mgpu_block2_g<G>`: the Mosaic GPU wgmma "
+           "kernel, 2 K-blocks per pipeline step, launch groups of G tile rows (1: row by row). "
+           f"Command: `{d.get('command', '?')}`.", "",
+           "| shape (K x N) | M | bf16 TFLOP/s | " + " | ".join(l.split(":")[1] for l in labels)
+           + " |", "|---|---|---|" + "---|" * len(labels)]
+    for k, n, m in sorted({(r["K"], r["N"], r["M"]) for r in recs}):
+        t = {r["label"]: r for r in recs if (r["K"], r["N"], r["M"]) == (k, n, m)}
+        if "bf16" not in t:
+            continue
+        cells = [f"{t[l]['tflops']:.0f} ({t[l]['speedup_vs_bf16']:.2f}x)" if l in t else "-"
+                 for l in labels]
+        out.append(f"| {k}x{n} | {m} | {t['bf16']['tflops']:.0f} | " + " | ".join(cells) + " |")
+    return out
+
+
 def tp_section(path: pathlib.Path) -> list[str]:
     d = json.loads(path.read_text())
     out = [f"### Tensor parallel ({path.name})", "",
@@ -124,6 +148,7 @@ CURRENT = (
     ("h200_fp8_grid_s3_large.json", None), ("h200_fp8_grid_s4_large.json", None),
     ("h200_fp8_grid_s3_m1.json", (1,)), ("h200_fp8_grid_s4_kparts.json", None),
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
+    ("h200_fp8_grid_s5_paths.json", None),
 )
 
 
@@ -210,6 +235,9 @@ def main() -> int:
          "8192x10240 with the current W8A16 tiles)"),
         ("h200_fp8_grid_s4_kparts.json", "FP8 at M=256 and 4096 after session 4's "
          "deterministic fp8 x fp8 schedule (K in 8 in-program parts; 2 shapes)"),
+        ("h200_fp8_grid_s5_paths.json", "FP8 at M=1024 and 4096 with the default-mode prefill "
+         "paths (session 5; 7 shapes): whole-K scales run one XLA GEMM of the codes, fp8_block "
+         "the Mosaic GPU wgmma kernel; `[det]` rows are the Triton kernels"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
@@ -225,6 +253,9 @@ def main() -> int:
     det = RESULTS / "h200_fp4_mx_det_s4.json"
     if det.exists():
         lines += det_schedule_section(det) + [""]
+    mgpu = RESULTS / "h200_fp8_sweep_mgpu_v2_s5.json"
+    if mgpu.exists():
+        lines += mgpu_section(mgpu) + [""]
     for p in sorted(RESULTS.glob("h200x2_tp_s*.json")):
         lines += tp_section(p) + [""]
     made = plots()
@@ -236,14 +267,15 @@ def main() -> int:
         lines += ["### FP8 dense path at prefill M (session 4)", "",
                   "Default mode from M=1024 runs formats with whole-K scales (fp8_per_tensor, "
                   "fp8_ptpc, fp8_per_tensor_a16, fp8_per_channel_a16) as one XLA GEMM of the "
-                  "stored codes (`pallas_kernels/fp8_dense.py`); the grids above time the Triton "
-                  "kernel there. Side by side at 8192x8192 (`benchmarks/check_dense.py`, wall "
+                  "stored codes (`pallas_kernels/fp8_dense.py`); the session 2-4 grids above time "
+                  "the Triton kernel there, session 5's grid the paths. Side by side at 8192x8192 (`benchmarks/check_dense.py`, wall "
                   "clock):", "", "```"] + [
             ln for ln in dense.read_text().splitlines() if ln.startswith(("M=", "device"))] + [
             "```", ""]
     lines += ["## Targets (issues 3 and 4)", "",
-              "None of the speed targets is met; NOTES.md's status table gives for each "
-              "the measured figure, the bound and the limiter."]
+              "None of the speed targets is met on every shape (block W8A8 at M >= 4096 meets "
+              "750 TFLOP/s and 1.15x bf16 on the large-N shapes only, session 5); NOTES.md's "
+              "status table gives for each the measured figure, the bound and the limiter."]
     (HERE / "REPORT.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'REPORT.md'}")
     return 0

@@ -1,7 +1,7 @@
 """Block-scaled FP8 x FP8 (DeepSeek-V3 recipe) on Mosaic GPU: wgmma with TMA and a
 warp-specialized pipeline, for prefill sizes. The fp8_block kernel's default-mode path from
 M = 256 on sm_90 (fp8_paths). H200, session 5 (benchmarks/sweep_fp8.py --parts mgpu, 4 shapes):
-707-868 TFLOP/s at M >= 4096 with 2 K-blocks per step and group_m=16, 1.13-1.42x the Triton
+707-868 TFLOP/s at M >= 4096 with 2 K-blocks per step and group_m=16, 1.16-1.42x the Triton
 block kernel, 0.96-1.16x bf16; checked against float64 on the GPU, in Mosaic GPU's interpreter
 and its race detector on CPU (tests/kernels/test_fp8_block_mgpu.py).
 

@@ -353,8 +353,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
                              f"x_scale_kind 'group' and w_scale_kind 'block', got "
                              f"{x_scale_kind!r} and {w_scale_kind!r}")
         # two K-blocks per pipeline step overlap one block's promotion with the next block's
-        # wgmma (session 5: +4-13% over one block per step); 16 tile rows per launch group
-        # share their operands in L2 (+0-14% over row-by-row launch order)
+        # wgmma (session 5: +2-13% over one block per step); 16 tile rows per launch group
+        # share their operands in L2 (+0-15% over row-by-row launch order)
         blocks = 2 if k % (2 * SCALE_BLOCK) == 0 else 1
         return fp8_block_matmul_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
                                      blocks_per_step=blocks, group_m=16, interpret=interpret)

@@ -14,9 +14,11 @@ import jax
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "MGPU_MIN_M", "PATHS"]
 
 PATHS = ("pallas", "dense", "mgpu")
-# From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md):
-DENSE_MIN_M = 1024  # whole-K scales: 1.16-1.36x bf16 vs 1.01-1.11x (fp8 x fp8, 8192^2)
-MGPU_MIN_M = 256  # block scales: 0.83-1.17x bf16 vs 0.70-0.97x for Triton (4 shapes, M=256..16384)
+# From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md).
+# Whole-K scales: 1.16-1.36x bf16 vs the Triton kernel's 1.01-1.11x (fp8 x fp8, 8192^2).
+DENSE_MIN_M = 1024
+# Block scales: 0.78-1.17x bf16 vs Triton's 0.70-0.97x (4 shapes, M=256..16384).
+MGPU_MIN_M = 256
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:
