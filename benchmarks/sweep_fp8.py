@@ -157,10 +157,10 @@ def _op(fmt: str, cfg: C, m: int) -> bench.Op:
                     config=cfg.to_json())
 
 
-def _mgpu_block_op(blocks: int, group_m: int = 1) -> bench.Op:
+def _mgpu_block_op(blocks: int, group_m: int = 1, programs: int | None = None) -> bench.Op:
     """fp8_block through the Mosaic GPU kernel (pallas_kernels.fp8_block_mgpu) with `blocks`
-    K-blocks per pipeline step and `group_m` tile rows per launch group, activations quantized
-    as the dispatcher's glue does."""
+    K-blocks per pipeline step, `group_m` tile rows per launch group and, with `programs`, a
+    persistent grid; activations quantized as the dispatcher's glue does."""
     from jqlin.kernels.pallas_fp8 import quantize_x
     from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
     interpret = jax.default_backend() == "cpu"
@@ -168,9 +168,11 @@ def _mgpu_block_op(blocks: int, group_m: int = 1) -> bench.Op:
     def fn(x, qw):
         xq, xs, _ = quantize_x(x, qw, qw.spec)
         y = fp8_block_matmul_mgpu(xq, xs, qw.data, qw.scale, out_dtype=x.dtype,
-                                  blocks_per_step=blocks, group_m=group_m, interpret=interpret)
+                                  blocks_per_step=blocks, group_m=group_m, programs=programs,
+                                  interpret=interpret)
         return qw.trim_rows(y)
-    return bench.Op(f"mgpu_block{blocks}_g{group_m}", "fp8_block", "default", fn)
+    tag = f"_p{programs}" if programs else ""
+    return bench.Op(f"mgpu_block{blocks}_g{group_m}{tag}", "fp8_block", "default", fn)
 
 
 def _triton_block_op() -> bench.Op:
@@ -257,7 +259,10 @@ def main(argv=None) -> int:
                      ("llama3-8b", 4096, 28672), ("deepseek-v3", 18432, 7168)]
         go(v5_shapes, "fp8_per_channel_a16", GEMV_V5 + GEMV_V4[4:5] + SMALL_V3[:1], (1, 2, 4))
     if "mgpu" in parts:  # the Mosaic GPU block kernel vs the Triton one, the dispatcher, bf16
-        # v2 (session 5): grouped launch order (group_m) and the M where it starts to pay
+        # v2 (session 5): grouped launch order (group_m) and the M where it starts to pay.
+        # v3 (session 5, untimed): a persistent grid of one CTA per SM (`_p<SMs>`); prediction
+        # in NOTES.md: +3-8% where tiles run several waves (N=4096-6144), ~0 elsewhere
+        sms = 2 if args.tiny else num_sms()  # tiny: a persistent CTA runs several tiles
         ms = (256, 512, 1024, 4096, 16384)
         shapes = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576),
                   ("llama3-70b", 28672, 8192), ("llama3-8b", 4096, 6144)]
@@ -265,8 +270,9 @@ def main(argv=None) -> int:
             shapes, ms = [("tiny", 512, 256)], (200,)
         for model, k, n in shapes:
             ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_block", "fp8_block"),
-                   _triton_block_op(), _mgpu_block_op(2), _mgpu_block_op(2, 8),
-                   _mgpu_block_op(2, 16)]
+                   _triton_block_op(), _mgpu_block_op(2, 16), _mgpu_block_op(2, 16, programs=sms)]
+            if not args.tiny:  # (the interpreter takes ~30 s per variant)
+                ops += [_mgpu_block_op(2, 8), _mgpu_block_op(2, 8, programs=sms)]
             res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
                             on_record=records.append)
             meta.update({kk: v for kk, v in res.items() if kk != "records"})

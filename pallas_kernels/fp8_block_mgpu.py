@@ -50,9 +50,10 @@ def _tile(t, m_tiles: int, n_tiles: int, group_m: int):
 
 
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
-            group_m: int):
+            group_m: int, persistent: bool):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
+    m_tiles, n_tiles = m // BLOCK, n // BLOCK
     step_k = blocks * BLOCK  # K per pipeline step
     k_iters = k // step_k
     fp8_swizzle = plgpu.find_swizzle(BLOCK * 8)  # 128 one-byte elements per row
@@ -61,9 +62,6 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
     out_swizzle = plgpu.find_swizzle(BLOCK * out_bytes * 8)
     out_tiles = (plgpu.TilingTransform((8, out_swizzle // out_bytes)),
                  plgpu.SwizzleTransform(out_swizzle))
-    m_idx, n_idx = _tile(lax.axis_index("tile"), m // BLOCK, n // BLOCK, group_m)
-    m_slice = pl.ds(m_idx * BLOCK, BLOCK)
-    n_slice = pl.ds(n_idx * BLOCK, BLOCK)
 
     def body(_, x_smem, w_smem, xs_smem, ws_smem, total):
         wg = lax.axis_index("wg")
@@ -104,20 +102,33 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
             compute_context=context,
         )
 
-    operands = (x_gmem.at[m_slice], w_gmem.at[n_slice], xs_gmem.at[:, m_slice],
-                ws_gmem.at[:, n_slice])
-    unused = lambda *_, **__: None  # the allocations do not depend on the functions
+    unused = lambda *_, **__: None  # the allocations depend on block shapes only
 
     @functools.partial(
         pl.run_scoped,
-        allocs=pipeline(unused, unused).get_allocations(*operands),
+        allocs=pipeline(unused, unused).get_allocations(x_gmem, w_gmem, xs_gmem, ws_gmem),
         out_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), out_gmem.dtype, transforms=out_tiles),
         collective_axes="wg",
     )
     def _scope(allocs, out_smem):
-        context = functools.partial(_epilogue, out_smem=out_smem, out_gmem=out_gmem,
-                                    m_slice=m_slice, n_slice=n_slice)
-        pipeline(body, context)(*operands, allocations=allocs)
+        def run_tile(t):
+            m_idx, n_idx = _tile(t, m_tiles, n_tiles, group_m)
+            m_slice = pl.ds(m_idx * BLOCK, BLOCK)
+            n_slice = pl.ds(n_idx * BLOCK, BLOCK)
+            context = functools.partial(_epilogue, out_smem=out_smem, out_gmem=out_gmem,
+                                        m_slice=m_slice, n_slice=n_slice)
+            pipeline(body, context)(x_gmem.at[m_slice], w_gmem.at[n_slice],
+                                    xs_gmem.at[:, m_slice], ws_gmem.at[:, n_slice],
+                                    allocations=allocs)
+
+        if persistent:  # each CTA walks tiles t, t + programs, ...: the TMA warpgroup
+            # prefetches the next tile's operands while the compute warpgroups finish this
+            # one, and this tile's output store overlaps the next tile's MMAs
+            @plgpu.nd_loop((m_tiles * n_tiles,), collective_axes="tile")
+            def _tiles(info):
+                run_tile(info.index[0])
+        else:
+            run_tile(lax.axis_index("tile"))
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -126,6 +137,7 @@ def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
     wg = lax.axis_index("wg")
     zero = plgpu.layout_cast(jnp.zeros((_WG_ROWS, BLOCK), F32), plgpu.Layout.WGMMA)
     total = run(zero)
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
     out_smem[wg] = total.astype(out_smem.dtype)
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(
@@ -135,6 +147,7 @@ def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
 def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1, group_m: int = 1,
+                          programs: int | None = None,
                           interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
@@ -144,11 +157,15 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     stages: pipeline steps in flight (shared memory: 32 KB per 128-wide K-block; the 227 KB
     of an H100/H200 block hold 6 blocks); None: 4 K-blocks' worth (4 steps, or 2 of 2 blocks).
     group_m: output tile rows launched together (1: row by row; see _tile).
+    programs: None launches one CTA per 128 x 128 output tile; an int launches that many
+    persistent CTAs (e.g. the SM count), each looping over every programs-th tile.
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
     if blocks_per_step not in (1, 2):
         raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
     if not (isinstance(group_m, int) and group_m >= 1):
         raise ValueError(f"group_m must be a positive int, got {group_m!r}")
+    if programs is not None and not (isinstance(programs, int) and programs >= 1):
+        raise ValueError(f"programs must be None or a positive int, got {programs!r}")
     stages = stages or 4 // blocks_per_step
     m, k = xq.shape
     n = w.shape[0]
@@ -166,12 +183,14 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     if mp != m:  # padding rows: zero codes, unit scales; sliced off below
         xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
         x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
+    tiles = mp // BLOCK * (n // BLOCK)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_cols = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
     call = plgpu.kernel(
-        functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m),
+        functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
+                          persistent=programs is not None),
         out_type=jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)),
-        grid=(mp // BLOCK * (n // BLOCK),),
+        grid=(min(programs or tiles, tiles),),
         grid_names=("tile",),
         num_threads=3,
         thread_name="wg",
