@@ -1,0 +1,156 @@
+"""Block-scaled FP8 weight-only (W8A16, ModelOpt FP8_PB_WO / `fp8_block_a16`) on Mosaic GPU, for
+prefill sizes. EXPERIMENTAL (session 5, after the device time): lowers for CUDA and matches
+float64 in Mosaic GPU's interpreter on CPU (tests/kernels/test_fp8_block_mgpu.py); not yet run
+or timed on a GPU, so the dispatcher does not use it (`sweep_fp8.py --parts mgpu_a16` times it).
+
+Why: the Triton W8A16 block kernel runs at 0.36-0.48x bf16 from M=1024 (session-5 grid): its
+e4m3 -> bf16 conversion and a scale multiply per 128-K step sit between MMAs that nothing else
+overlaps. Here, as in block_w8a8 (fp8_block_mgpu), a TMA warpgroup streams the tiles while two
+compute warpgroups convert and multiply; the weights are wgmma's A operand straight from
+registers (exact conversion: every e4m3 value is a bf16), so no converted copy goes back to
+shared memory -- the mixed-type layout of JAX's hopper_mixed_type_matmul_mgpu example.
+
+Swap-AB: the weight rows are the MMA's M side, so the kernel computes y^T (N, M) = W (N, K) @
+x^T and the caller transposes. Numerics per output (m, n), K-block kb of 128: part = sum_k
+bf16(w[n, k]) * x[m, k] (one wgmma chain from zero, float32 accumulation), then
+total += part * w_scale[n // 128, kb] in float32, in K order.
+
+Layout: w (N, K) e4m3, N and K multiples of 128 (block formats store them padded); x (M, K)
+bf16 or f16 (the caller pads M to 128); the scale handed over as one row per K-block,
+(K/128, N) float32, so TMA can move it beside the tiles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from .fp8_block_mgpu import BLOCK, _WG_ROWS, _epilogue, _tile
+
+__all__ = ["fp8_block_a16_matmul_mgpu"]
+
+F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
+
+
+def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
+            a_in_registers: bool):
+    n, k = w_gmem.shape
+    m = x_gmem.shape[0]
+    x_bytes = jnp.dtype(x_gmem.dtype).itemsize
+    w_swizzle = plgpu.find_swizzle(BLOCK * 8)  # 128 one-byte elements per row
+    w_tiles = (plgpu.TilingTransform((8, w_swizzle)), plgpu.SwizzleTransform(w_swizzle))
+    x_swizzle = plgpu.find_swizzle(BLOCK * x_bytes * 8)
+    x_tiles = (plgpu.TilingTransform((8, x_swizzle // x_bytes)),
+               plgpu.SwizzleTransform(x_swizzle))
+    out_bytes = jnp.dtype(out_gmem.dtype).itemsize
+    out_swizzle = plgpu.find_swizzle(BLOCK * out_bytes * 8)
+    out_tiles = (plgpu.TilingTransform((8, out_swizzle // out_bytes)),
+                 plgpu.SwizzleTransform(out_swizzle))
+
+    def body(_, w_smem, x_smem, ws_smem, total, a_smem):
+        wg = lax.axis_index("wg")
+        rows = pl.ds(wg * _WG_ROWS, _WG_ROWS)
+
+        def run_block(acc):  # a fresh accumulator per K-block: its sum alone
+            # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas
+            w = w_smem[rows].astype(F32).astype(x_gmem.dtype)
+            if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
+                a_smem[wg] = w
+                plgpu.commit_smem()
+                w = a_smem.at[wg]
+            plgpu.wgmma(acc, w, x_smem.transpose((1, 0)))
+            part = plgpu.wgmma_accumulator_load(acc, wait_n=0)
+            ws = plgpu.load(ws_smem.at[0, rows], layout=plgpu.Layout.WGMMA.reduce(1))
+            return total + part * lax.broadcast_in_dim(ws, part.shape, [0])
+
+        return pl.run_scoped(run_block, plgpu.ACC((_WG_ROWS, BLOCK), F32))
+
+    def pipeline(body_fn, context):
+        return plgpu.emit_pipeline_warp_specialized(
+            body_fn,
+            grid=(k // BLOCK,),
+            memory_registers=40,
+            in_specs=[
+                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=w_tiles),
+                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=x_tiles),
+                plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
+            ],
+            wg_axis="wg",
+            num_compute_wgs=2,
+            max_concurrent_steps=stages,
+            compute_context=context,
+        )
+
+    unused = lambda *_, **__: None  # the allocations depend on block shapes only
+
+    @functools.partial(
+        pl.run_scoped,
+        allocs=pipeline(unused, unused).get_allocations(w_gmem, x_gmem, ws_gmem),
+        out_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), out_gmem.dtype, transforms=out_tiles),
+        a_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles),
+        collective_axes="wg",
+    )
+    def _scope(allocs, out_smem, a_smem):
+        # the weight tiles play _tile's "m" role (output rows of y^T)
+        n_idx, m_idx = _tile(lax.axis_index("tile"), n // BLOCK, m // BLOCK, group_m)
+        n_slice = pl.ds(n_idx * BLOCK, BLOCK)
+        m_slice = pl.ds(m_idx * BLOCK, BLOCK)
+        context = functools.partial(_epilogue, out_smem=out_smem, out_gmem=out_gmem,
+                                    m_slice=n_slice, n_slice=m_slice)
+        pipeline(functools.partial(body, a_smem=a_smem), context)(
+            w_gmem.at[n_slice], x_gmem.at[m_slice],
+                                ws_gmem.at[:, n_slice], allocations=allocs)
+
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
+                              out_dtype=None, stages: int = 3, group_m: int = 8,
+                              a_in_registers: bool = True,
+                              interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
+    """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale (N/128, K/128)])^T in out_dtype
+    (default x's dtype); see the module docstring for the numerics.
+    stages: pipeline steps in flight (48 KB of shared memory each with bf16 x).
+    group_m: weight tile rows launched together (their x tiles shared in L2; see _tile).
+    a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
+    example); False stores them to shared memory first (what the interpreter can run).
+    interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
+    m, k = x.shape
+    n = w.shape[0]
+    if x.dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        raise ValueError(f"x must be bfloat16 or float16, got {x.dtype}")
+    if w.dtype != jnp.dtype(E4M3):
+        raise ValueError(f"w must be float8_e4m3fn, got {w.dtype}")
+    if w.shape != (n, k) or k % BLOCK or n % BLOCK:
+        raise ValueError(f"w must be (N, K) with N and K multiples of {BLOCK}; got w "
+                         f"{tuple(w.shape)} for x {tuple(x.shape)}")
+    if w_scale.shape != (n // BLOCK, k // BLOCK):
+        raise ValueError(f"w_scale must be {(n // BLOCK, k // BLOCK)}, got "
+                         f"{tuple(w_scale.shape)}")
+    if not (isinstance(group_m, int) and group_m >= 1):
+        raise ValueError(f"group_m must be a positive int, got {group_m!r}")
+    out_dtype = jnp.dtype(out_dtype or x.dtype)
+    mp = -(-m // BLOCK) * BLOCK
+    if mp != m:  # zero rows, sliced off below
+        x = jnp.pad(x, ((0, mp - m), (0, 0)))
+    ws_rows = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
+    call = plgpu.kernel(
+        functools.partial(_kernel, stages=stages, group_m=group_m,
+                          a_in_registers=a_in_registers),
+        out_type=jax.ShapeDtypeStruct((n, mp), out_dtype),
+        grid=(n // BLOCK * (mp // BLOCK),),
+        grid_names=("tile",),
+        num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+        interpret=(interpret if isinstance(interpret, plgpu.InterpretGPUParams) else
+                   plgpu.InterpretGPUParams() if interpret else False),
+    )
+    yt = call(w, x, ws_rows)
+    return yt.T[:m]

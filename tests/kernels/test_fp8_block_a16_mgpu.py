@@ -1,0 +1,81 @@
+"""The experimental Mosaic GPU W8A16 block kernel (pallas_kernels.fp8_block_a16_mgpu): on CPU it
+must lower for CUDA in both A-operand variants and match float64 in Mosaic GPU's interpreter
+(shared-memory A: the interpreter's wgmma takes no register operand); on the GPU (marked) both
+variants must match float64 at a real size."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
+
+# bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
+ACC_RTOL = 1e-5
+
+
+def _operands(rng, m, n, k, dtype=jnp.bfloat16):
+    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), dtype)
+    w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.01, 2, (n // 128, k // 128)), jnp.float32)
+    return x, w, ws
+
+
+def _check(y, x, w, ws, out_dtype):
+    wd = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
+        np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
+    xd = np.asarray(x.astype(jnp.float32), np.float64)
+    ref, bound = xd @ wd.T, np.abs(xd) @ np.abs(wd).T
+    y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
+    assert y.shape == ref.shape and np.isfinite(y).all()
+    ulp = 2.0 ** -23 if out_dtype == jnp.float32 else 2.0 ** -7
+    tol = ACC_RTOL * bound + ulp * np.maximum(np.abs(ref), np.abs(y))
+    excess = np.abs(y - ref) / tol
+    assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
+
+
+@pytest.mark.parametrize("m,out_dtype,x_dtype", [(200, jnp.float32, jnp.bfloat16),
+                                                 (1, jnp.bfloat16, jnp.bfloat16),
+                                                 (130, jnp.float16, jnp.float16)])
+def test_interpreter_matches_float64(rng, m, out_dtype, x_dtype):
+    """Partial M tiles (200 -> 256 rows, 1 and 130), two weight tiles, four K-blocks whose
+    scales differ."""
+    x, w, ws = _operands(rng, m, 256, 512, x_dtype)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, out_dtype=out_dtype, interpret=True,
+                                                     a_in_registers=False, group_m=2))
+    y = f(x, w, ws)
+    assert y.dtype == out_dtype
+    _check(y, x, w, ws, out_dtype)
+
+
+@pytest.mark.parametrize("a_in_registers", [True, False])
+def test_lowers_for_cuda_on_cpu(rng, a_in_registers):
+    args = _operands(rng, 256, 384, 1024)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, a_in_registers=a_in_registers))
+    assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_rejects_bad_operands(rng):
+    x, w, ws = _operands(rng, 8, 128, 256)
+    with pytest.raises(ValueError, match="x must be bfloat16 or float16"):
+        fp8_block_a16_matmul_mgpu(x.astype(jnp.float32), w, ws)
+    with pytest.raises(ValueError, match="float8_e4m3fn"):
+        fp8_block_a16_matmul_mgpu(x, w.astype(jnp.bfloat16), ws)
+    with pytest.raises(ValueError, match="multiples of 128"):
+        fp8_block_a16_matmul_mgpu(x[:, :200], w[:, :200], ws)
+    with pytest.raises(ValueError, match="w_scale must be"):
+        fp8_block_a16_matmul_mgpu(x, w, ws[:, :1])
+    with pytest.raises(ValueError, match="group_m"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, group_m=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_in_registers", [True, False])
+@pytest.mark.parametrize("m", [1, 255, 4096])
+def test_gpu_matches_float64(rng, m, a_in_registers):
+    x, w, ws = _operands(rng, m, 2560, 7168)
+    y = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, out_dtype=jnp.float32,
+                                                     a_in_registers=a_in_registers))(x, w, ws)
+    _check(y, x, w, ws, jnp.float32)
