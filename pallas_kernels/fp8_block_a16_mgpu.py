@@ -30,7 +30,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .fp8_block_mgpu import BLOCK, _WG_ROWS, _epilogue, _tile
+from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
+                          two_warpgroup_pipeline)
 
 __all__ = ["fp8_block_a16_matmul_mgpu"]
 
@@ -41,20 +42,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool):
     n, k = w_gmem.shape
     m = x_gmem.shape[0]
-    x_bytes = jnp.dtype(x_gmem.dtype).itemsize
-    w_swizzle = plgpu.find_swizzle(BLOCK * 8)  # 128 one-byte elements per row
-    w_tiles = (plgpu.TilingTransform((8, w_swizzle)), plgpu.SwizzleTransform(w_swizzle))
-    x_swizzle = plgpu.find_swizzle(BLOCK * x_bytes * 8)
-    x_tiles = (plgpu.TilingTransform((8, x_swizzle // x_bytes)),
-               plgpu.SwizzleTransform(x_swizzle))
-    out_bytes = jnp.dtype(out_gmem.dtype).itemsize
-    out_swizzle = plgpu.find_swizzle(BLOCK * out_bytes * 8)
-    out_tiles = (plgpu.TilingTransform((8, out_swizzle // out_bytes)),
-                 plgpu.SwizzleTransform(out_swizzle))
+    x_tiles = swizzled(x_gmem.dtype)
 
     def body(_, w_smem, x_smem, ws_smem, total, a_smem):
         wg = lax.axis_index("wg")
-        rows = pl.ds(wg * _WG_ROWS, _WG_ROWS)
+        rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
         def run_block(acc):  # a fresh accumulator per K-block: its sum alone
             # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas
@@ -68,43 +60,36 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             ws = plgpu.load(ws_smem.at[0, rows], layout=plgpu.Layout.WGMMA.reduce(1))
             return total + part * lax.broadcast_in_dim(ws, part.shape, [0])
 
-        return pl.run_scoped(run_block, plgpu.ACC((_WG_ROWS, BLOCK), F32))
+        return pl.run_scoped(run_block, plgpu.ACC((WG_ROWS, BLOCK), F32))
 
     def pipeline(body_fn, context):
-        return plgpu.emit_pipeline_warp_specialized(
-            body_fn,
-            grid=(k // BLOCK,),
-            memory_registers=40,
-            in_specs=[
-                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=w_tiles),
-                plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=x_tiles),
-                plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
-            ],
-            wg_axis="wg",
-            num_compute_wgs=2,
-            max_concurrent_steps=stages,
-            compute_context=context,
-        )
+        return two_warpgroup_pipeline(body_fn, context, steps=k // BLOCK, stages=stages,
+                                      in_specs=[
+            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=swizzled(E4M3)),
+            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=x_tiles),
+            plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
+        ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
 
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(w_gmem, x_gmem, ws_gmem),
-        out_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), out_gmem.dtype, transforms=out_tiles),
-        a_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles),
+        out_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), out_gmem.dtype,
+                            transforms=swizzled(out_gmem.dtype)),
+        a_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles),
         collective_axes="wg",
     )
     def _scope(allocs, out_smem, a_smem):
-        # the weight tiles play _tile's "m" role (output rows of y^T)
-        n_idx, m_idx = _tile(lax.axis_index("tile"), n // BLOCK, m // BLOCK, group_m)
+        # the weight tiles play tile_index's "m" role (output rows of y^T)
+        n_idx, m_idx = tile_index(lax.axis_index("tile"), n // BLOCK, m // BLOCK, group_m)
         n_slice = pl.ds(n_idx * BLOCK, BLOCK)
         m_slice = pl.ds(m_idx * BLOCK, BLOCK)
-        context = functools.partial(_epilogue, out_smem=out_smem, out_gmem=out_gmem,
-                                    m_slice=n_slice, n_slice=m_slice)
+        context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem,
+                                    row_slice=n_slice, col_slice=m_slice)
         pipeline(functools.partial(body, a_smem=a_smem), context)(
-            w_gmem.at[n_slice], x_gmem.at[m_slice],
-                                ws_gmem.at[:, n_slice], allocations=allocs)
+            w_gmem.at[n_slice], x_gmem.at[m_slice], ws_gmem.at[:, n_slice],
+            allocations=allocs)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -116,7 +101,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale (N/128, K/128)])^T in out_dtype
     (default x's dtype); see the module docstring for the numerics.
     stages: pipeline steps in flight (48 KB of shared memory each with bf16 x).
-    group_m: weight tile rows launched together (their x tiles shared in L2; see _tile).
+    group_m: weight tile rows launched together (their x tiles shared in L2; see mgpu_common.tile_index).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -139,18 +124,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
     ws_rows = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
-    call = plgpu.kernel(
+    call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers),
-        out_type=jax.ShapeDtypeStruct((n, mp), out_dtype),
-        grid=(n // BLOCK * (mp // BLOCK),),
-        grid_names=("tile",),
-        num_threads=3,
-        thread_name="wg",
-        compiler_params=plgpu.CompilerParams(
-            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-        interpret=(interpret if isinstance(interpret, plgpu.InterpretGPUParams) else
-                   plgpu.InterpretGPUParams() if interpret else False),
-    )
+        jax.ShapeDtypeStruct((n, mp), out_dtype), n // BLOCK * (mp // BLOCK), interpret)
     yt = call(w, x, ws_rows)
     return yt.T[:m]

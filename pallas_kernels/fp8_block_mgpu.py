@@ -33,20 +33,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
+                          two_warpgroup_pipeline)
+
 __all__ = ["fp8_block_matmul_mgpu", "BLOCK"]
 
-BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
-_WG_ROWS = 64  # rows of the output tile per compute warpgroup (two per CTA)
 F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
-
-
-def _tile(t, m_tiles: int, n_tiles: int, group_m: int):
-    """(m, n) tile of launch index t: groups of group_m tile rows walked column by column, so
-    the CTAs resident at once share their A rows and B columns in L2."""
-    width = group_m * n_tiles
-    first_m = (t // width) * group_m
-    rows = jnp.minimum(m_tiles - first_m, group_m)
-    return first_m + (t % width) % rows, (t % width) // rows
 
 
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
@@ -55,17 +47,11 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
     n = w_gmem.shape[0]
     m_tiles, n_tiles = m // BLOCK, n // BLOCK
     step_k = blocks * BLOCK  # K per pipeline step
-    k_iters = k // step_k
-    fp8_swizzle = plgpu.find_swizzle(BLOCK * 8)  # 128 one-byte elements per row
-    fp8_tiles = (plgpu.TilingTransform((8, fp8_swizzle)), plgpu.SwizzleTransform(fp8_swizzle))
-    out_bytes = jnp.dtype(out_gmem.dtype).itemsize
-    out_swizzle = plgpu.find_swizzle(BLOCK * out_bytes * 8)
-    out_tiles = (plgpu.TilingTransform((8, out_swizzle // out_bytes)),
-                 plgpu.SwizzleTransform(out_swizzle))
+    fp8_tiles = swizzled(E4M3)
 
     def body(_, x_smem, w_smem, xs_smem, ws_smem, total):
         wg = lax.axis_index("wg")
-        rows = pl.ds(wg * _WG_ROWS, _WG_ROWS)
+        rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
         def scaled(part, j):  # block j's part times its row and column scales
             xs = plgpu.load(xs_smem.at[j, rows], layout=plgpu.Layout.WGMMA.reduce(1))
@@ -83,40 +69,33 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
                 t = t + scaled(part, j)
             return t
 
-        return pl.run_scoped(run_blocks, *[plgpu.ACC((_WG_ROWS, BLOCK), F32)] * blocks)
+        return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, BLOCK), F32)] * blocks)
 
     def pipeline(body_fn, context):
-        return plgpu.emit_pipeline_warp_specialized(
-            body_fn,
-            grid=(k_iters,),
-            memory_registers=40,
-            in_specs=[
-                plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
-                plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
-                plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
-                plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
-            ],
-            wg_axis="wg",
-            num_compute_wgs=2,
-            max_concurrent_steps=stages,
-            compute_context=context,
-        )
+        return two_warpgroup_pipeline(body_fn, context, steps=k // step_k, stages=stages,
+                                      in_specs=[
+            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
+            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
+            plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
+            plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
+        ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
 
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(x_gmem, w_gmem, xs_gmem, ws_gmem),
-        out_smem=plgpu.SMEM((2, _WG_ROWS, BLOCK), out_gmem.dtype, transforms=out_tiles),
+        out_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), out_gmem.dtype,
+                            transforms=swizzled(out_gmem.dtype)),
         collective_axes="wg",
     )
     def _scope(allocs, out_smem):
         def run_tile(t):
-            m_idx, n_idx = _tile(t, m_tiles, n_tiles, group_m)
+            m_idx, n_idx = tile_index(t, m_tiles, n_tiles, group_m)
             m_slice = pl.ds(m_idx * BLOCK, BLOCK)
             n_slice = pl.ds(n_idx * BLOCK, BLOCK)
-            context = functools.partial(_epilogue, out_smem=out_smem, out_gmem=out_gmem,
-                                        m_slice=m_slice, n_slice=n_slice)
+            context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem,
+                                        row_slice=m_slice, col_slice=n_slice)
             pipeline(body, context)(x_gmem.at[m_slice], w_gmem.at[n_slice],
                                     xs_gmem.at[:, m_slice], ws_gmem.at[:, n_slice],
                                     allocations=allocs)
@@ -133,17 +112,6 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def _epilogue(run, *, out_smem, out_gmem, m_slice, n_slice):
-    wg = lax.axis_index("wg")
-    zero = plgpu.layout_cast(jnp.zeros((_WG_ROWS, BLOCK), F32), plgpu.Layout.WGMMA)
-    total = run(zero)
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
-    out_smem[wg] = total.astype(out_smem.dtype)
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(
-        out_smem.at[wg], out_gmem.at[m_slice].at[pl.ds(wg * _WG_ROWS, _WG_ROWS), n_slice])
-
-
 def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1, group_m: int = 1,
@@ -156,7 +124,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     (one more 64x128 f32 accumulator per warpgroup); K must be a multiple of 256.
     stages: pipeline steps in flight (shared memory: 32 KB per 128-wide K-block; the 227 KB
     of an H100/H200 block hold 6 blocks); None: 4 K-blocks' worth (4 steps, or 2 of 2 blocks).
-    group_m: output tile rows launched together (1: row by row; see _tile).
+    group_m: output tile rows launched together (1: row by row; see mgpu_common.tile_index).
     programs: None launches one CTA per 128 x 128 output tile; an int launches that many
     persistent CTAs (e.g. the SM count), each looping over every programs-th tile.
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
@@ -186,18 +154,10 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     tiles = mp // BLOCK * (n // BLOCK)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_cols = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
-    call = plgpu.kernel(
+    call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
                           persistent=programs is not None),
-        out_type=jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)),
-        grid=(min(programs or tiles, tiles),),
-        grid_names=("tile",),
-        num_threads=3,
-        thread_name="wg",
-        compiler_params=plgpu.CompilerParams(
-            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-        interpret=(interpret if isinstance(interpret, plgpu.InterpretGPUParams) else
-                   plgpu.InterpretGPUParams() if interpret else False),
-    )
+        jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)), min(programs or tiles, tiles),
+        interpret)
     y = call(xq, w, xs_rows, ws_cols)
     return y[:m] if mp != m else y

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from float64_bound import assert_within_bound
 from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
@@ -27,13 +28,7 @@ def _check(y, x, w, ws, out_dtype):
     wd = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
         np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
     xd = np.asarray(x.astype(jnp.float32), np.float64)
-    ref, bound = xd @ wd.T, np.abs(xd) @ np.abs(wd).T
-    y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
-    assert y.shape == ref.shape and np.isfinite(y).all()
-    ulp = 2.0 ** -23 if out_dtype == jnp.float32 else 2.0 ** -7
-    tol = ACC_RTOL * bound + ulp * np.maximum(np.abs(ref), np.abs(y))
-    excess = np.abs(y - ref) / tol
-    assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
+    assert_within_bound(y, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, ACC_RTOL, out_dtype)
 
 
 @pytest.mark.parametrize("m,out_dtype,x_dtype", [(200, jnp.float32, jnp.bfloat16),

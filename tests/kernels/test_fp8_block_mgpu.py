@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.fp8_block_mgpu import _tile, fp8_block_matmul_mgpu
+from float64_bound import assert_within_bound
+from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
+from pallas_kernels.mgpu_common import tile_index as _tile
 
 # fp8 MMAs accumulate inside the tensor core with ~14 significant bits per 128-K block (as the
 # Triton block kernel, test_pallas_fp8.GPU_ACC_RTOL_FP8); the interpreter sums in float32.
@@ -34,15 +36,6 @@ def _float64(xq, xs, w, ws):
     return xf @ wf.T, np.abs(xf) @ np.abs(wf).T
 
 
-def _check(y, ref, bound, acc_rtol, out_dtype):
-    y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
-    assert y.shape == ref.shape and np.isfinite(y).all()
-    ulp = 2.0 ** -23 if out_dtype == jnp.float32 else 2.0 ** -7
-    tol = acc_rtol * bound + ulp * np.maximum(np.abs(ref), np.abs(y))
-    excess = np.abs(y - ref) / tol
-    assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
-
-
 @pytest.mark.parametrize("blocks,group_m,programs", [(1, 1, None), (2, 1, None), (2, 2, None),
                                                      (2, 2, 4)])
 @pytest.mark.parametrize("m,out_dtype", [(300, jnp.float32), (1, jnp.bfloat16)])
@@ -57,7 +50,7 @@ def test_interpreter_matches_float64(rng, m, out_dtype, blocks, group_m, program
     y = f(xq, xs, w, ws)
     assert y.dtype == out_dtype
     ref, bound = _float64(xq, xs, w, ws)
-    _check(y, ref, bound, CPU_ACC_RTOL, out_dtype)
+    assert_within_bound(y, ref, bound, CPU_ACC_RTOL, out_dtype)
 
 
 @pytest.mark.parametrize("m_tiles,n_tiles,group_m", [(3, 5, 2), (4, 3, 8), (5, 2, 1), (1, 1, 4)])
@@ -126,4 +119,4 @@ def test_gpu_matches_float64(rng, m, blocks, group_m, programs):
                                                  blocks_per_step=blocks, programs=programs))(
         xq, xs, w, ws)
     ref, bound = _float64(xq, xs, w, ws)
-    _check(y, ref, bound, GPU_ACC_RTOL, jnp.float32)
+    assert_within_bound(y, ref, bound, GPU_ACC_RTOL, jnp.float32)

@@ -1,0 +1,70 @@
+"""Pieces the Mosaic GPU block-scaled kernels share: 128 x 128 CTA tiles computed by two
+compute warpgroups of 64 rows each, fed by a TMA warpgroup (plgpu's warp-specialized pipeline),
+launched in groups of tile rows, each warpgroup's rows stored through shared memory by TMA."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+__all__ = ["BLOCK", "WG_ROWS", "swizzled", "tile_index", "two_warpgroup_pipeline",
+           "store_rows", "interpret_params", "mgpu_kernel"]
+
+BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
+WG_ROWS = 64  # output rows per compute warpgroup (two per CTA)
+
+
+def swizzled(dtype, cols: int = BLOCK) -> tuple:
+    """Shared-memory transforms for rows of `cols` elements of dtype, as TMA and wgmma read them."""
+    itemsize = jnp.dtype(dtype).itemsize
+    swizzle = plgpu.find_swizzle(cols * itemsize * 8)
+    return plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle)
+
+
+def tile_index(t, m_tiles: int, n_tiles: int, group_m: int):
+    """(m, n) tile of launch index t: groups of group_m tile rows walked column by column, so
+    the CTAs resident at once share their A rows and B columns in L2."""
+    width = group_m * n_tiles
+    first_m = (t // width) * group_m
+    rows = jnp.minimum(m_tiles - first_m, group_m)
+    return first_m + (t % width) % rows, (t % width) // rows
+
+
+def two_warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int):
+    """plgpu's warp-specialized pipeline over `steps` K-steps: a TMA warpgroup, two compute
+    warpgroups running `body` inside `context`."""
+    return plgpu.emit_pipeline_warp_specialized(
+        body, grid=(steps,), memory_registers=40, in_specs=in_specs, wg_axis="wg",
+        num_compute_wgs=2, max_concurrent_steps=stages, compute_context=context)
+
+
+def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice) -> None:
+    """A pipeline's compute context: run it from a zero float32 total, then store this
+    warpgroup's 64 rows of the tile through shared memory."""
+    wg = lax.axis_index("wg")
+    zero = plgpu.layout_cast(jnp.zeros((WG_ROWS, BLOCK), jnp.float32), plgpu.Layout.WGMMA)
+    total = run(zero)
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
+    out_smem[wg] = total.astype(out_smem.dtype)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(
+        out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), col_slice])
+
+
+def interpret_params(interpret) -> plgpu.InterpretGPUParams | bool:
+    if isinstance(interpret, plgpu.InterpretGPUParams):
+        return interpret
+    return plgpu.InterpretGPUParams() if interpret else False
+
+
+def mgpu_kernel(body, out_type: jax.ShapeDtypeStruct, ctas: int, interpret):
+    """plgpu.kernel with a 1-D grid named "tile" and three warpgroups named "wg"."""
+    return plgpu.kernel(
+        body, out_type=out_type, grid=(ctas,), grid_names=("tile",), num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+        interpret=interpret_params(interpret))
