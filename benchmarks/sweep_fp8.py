@@ -175,19 +175,22 @@ def _mgpu_block_op(blocks: int, group_m: int = 1, programs: int | None = None) -
     return bench.Op(f"mgpu_block{blocks}_g{group_m}{tag}", "fp8_block", "default", fn)
 
 
-def _mgpu_block_a16_op(a_in_registers: bool) -> bench.Op:
-    """fp8_block_a16 through the experimental Mosaic GPU W8A16 kernel
-    (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory."""
-    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
+def _mgpu_a16_op(fmt: str, a_in_registers: bool) -> bench.Op:
+    """fmt (fp8_block_a16 / fp8_per_channel_a16) through the experimental Mosaic GPU W8A16
+    kernel (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared
+    memory."""
+    from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
+    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
     interpret = jax.default_backend() == "cpu"
+    kind = _W_KIND[formats.get(fmt).weight.granularity]
 
     def fn(x, qw):
         y = fp8_block_a16_matmul_mgpu(pad_k(x, qw.storage_shape[1]), qw.data, qw.scale,
-                                      a_in_registers=a_in_registers, interpret=interpret)
+                                      scale_kind=kind, a_in_registers=a_in_registers,
+                                      interpret=interpret)
         return qw.trim_rows(y)
-    return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}", "fp8_block_a16",
-                    "default", fn)
+    return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}", fmt, "default", fn)
 
 
 def _triton_block_op() -> bench.Op:
@@ -293,15 +296,18 @@ def main(argv=None) -> int:
             meta.update({kk: v for kk, v in res.items() if kk != "records"})
             save()
             print(bench.format_table(res["records"]), flush=True)
-    if "mgpu_a16" in parts:  # the Mosaic GPU W8A16 block kernel vs the Triton one and bf16
-        # (session 5, untimed; prediction in NOTES.md: 0.7-0.9x bf16 vs the Triton 0.36-0.48x)
+    if "mgpu_a16" in parts:  # the Mosaic GPU W8A16 kernel vs the Triton / dense paths and bf16
+        # (session 5, untimed; prediction in NOTES.md: block 0.7-0.9x bf16 vs the Triton
+        # 0.36-0.48x; per-channel about the dense path's 0.73-0.91x or better)
         ms, shapes = (256, 1024, 4096), [("llama3-70b", 8192, 8192),
                                          ("deepseek-v3", 7168, 24576), ("llama3-8b", 4096, 6144)]
         if args.tiny:
             shapes, ms = [("tiny", 512, 256)], (200,)
         for model, k, n in shapes:
-            ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", "fp8_block_a16"),
-                   _mgpu_block_a16_op(False)] + ([] if args.tiny else [_mgpu_block_a16_op(True)])
+            ops = [bench.bf16_op()]
+            for fmt in ("fp8_block_a16", "fp8_per_channel_a16"):  # vs the Triton / dense path
+                ops += [bench.kernel_op("pallas_fp8_w8a16", fmt), _mgpu_a16_op(fmt, False)]
+                ops += [] if args.tiny else [_mgpu_a16_op(fmt, True)]
             res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
                             on_record=records.append)
             meta.update({kk: v for kk, v in res.items() if kk != "records"})

@@ -17,7 +17,8 @@ total += part * w_scale[n // 128, kb] in float32, in K order.
 
 Layout: w (N, K) e4m3, N and K multiples of 128 (block formats store them padded); x (M, K)
 bf16 or f16 (the caller pads M to 128); the scale handed over as one row per K-block,
-(K/128, N) float32, so TMA can move it beside the tiles.
+(K/128, N) float32, so TMA can move it beside the tiles. Per-channel and per-tensor scales
+take the same route (each K-block's part times the row's one scale).
 """
 
 from __future__ import annotations
@@ -95,11 +96,15 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
 
 def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
+                              scale_kind: str = "block",
                               out_dtype=None, stages: int = 3, group_m: int = 8,
                               a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
-    """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale (N/128, K/128)])^T in out_dtype
-    (default x's dtype); see the module docstring for the numerics.
+    """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
+    dtype); see the module docstring for the numerics.
+    scale_kind: "block" (w_scale (N/128, K/128)), "channel" ((N, 1)) or "tensor" ((1, 1)); the
+    last two run the same per-128-K promotion with the row's one scale (W8A16 per-channel /
+    per-tensor at prefill sizes without the dense path's converted copy of the weight).
     stages: pipeline steps in flight (48 KB of shared memory each with bf16 x).
     group_m: weight tile rows launched together (their x tiles shared in L2; see mgpu_common.tile_index).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
@@ -114,16 +119,21 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if w.shape != (n, k) or k % BLOCK or n % BLOCK:
         raise ValueError(f"w must be (N, K) with N and K multiples of {BLOCK}; got w "
                          f"{tuple(w.shape)} for x {tuple(x.shape)}")
-    if w_scale.shape != (n // BLOCK, k // BLOCK):
-        raise ValueError(f"w_scale must be {(n // BLOCK, k // BLOCK)}, got "
-                         f"{tuple(w_scale.shape)}")
+    scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
+    if scale_kind not in scale_shape:
+        raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
+    if w_scale.shape != scale_shape[scale_kind]:
+        raise ValueError(f"w_scale must be {scale_shape[scale_kind]} for scale_kind "
+                         f"{scale_kind!r}, got {tuple(w_scale.shape)}")
     if not (isinstance(group_m, int) and group_m >= 1):
         raise ValueError(f"group_m must be a positive int, got {group_m!r}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     mp = -(-m // BLOCK) * BLOCK
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
-    ws_rows = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
+    ws = w_scale.astype(F32)  # one row of per-weight-row scales per K-block: (K/128, N)
+    ws_rows = (jnp.repeat(ws.T, BLOCK, axis=1) if scale_kind == "block" else
+               jnp.broadcast_to(ws.T, (k // BLOCK, n)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers),

@@ -17,16 +17,20 @@ from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
 ACC_RTOL = 1e-5
 
 
-def _operands(rng, m, n, k, dtype=jnp.bfloat16):
+def _operands(rng, m, n, k, dtype=jnp.bfloat16, scale_kind="block"):
     x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), dtype)
     w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
-    ws = jnp.asarray(rng.uniform(0.01, 2, (n // 128, k // 128)), jnp.float32)
+    shape = {"block": (n // 128, k // 128), "channel": (n, 1), "tensor": (1, 1)}[scale_kind]
+    ws = jnp.asarray(rng.uniform(0.01, 2, shape), jnp.float32)
     return x, w, ws
 
 
 def _check(y, x, w, ws, out_dtype):
-    wd = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
-        np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
+    n, k = w.shape
+    scale = np.asarray(ws, np.float64)
+    scale = (np.repeat(np.repeat(scale, 128, 0), 128, 1) if scale.shape == (n // 128, k // 128)
+             else np.broadcast_to(scale, (n, k)))
+    wd = np.asarray(w.astype(jnp.float32), np.float64) * scale
     xd = np.asarray(x.astype(jnp.float32), np.float64)
     assert_within_bound(y, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, ACC_RTOL, out_dtype)
 
@@ -43,6 +47,14 @@ def test_interpreter_matches_float64(rng, m, out_dtype, x_dtype):
     y = f(x, w, ws)
     assert y.dtype == out_dtype
     _check(y, x, w, ws, out_dtype)
+
+
+@pytest.mark.parametrize("scale_kind", ["channel", "tensor"])
+def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
+    x, w, ws = _operands(rng, 130, 256, 384, scale_kind=scale_kind)
+    y = fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind=scale_kind, out_dtype=jnp.float32,
+                                  interpret=True, a_in_registers=False)
+    _check(y, x, w, ws, jnp.float32)
 
 
 @pytest.mark.parametrize("a_in_registers", [True, False])
@@ -62,6 +74,10 @@ def test_rejects_bad_operands(rng):
         fp8_block_a16_matmul_mgpu(x[:, :200], w[:, :200], ws)
     with pytest.raises(ValueError, match="w_scale must be"):
         fp8_block_a16_matmul_mgpu(x, w, ws[:, :1])
+    with pytest.raises(ValueError, match=r"w_scale must be \(128, 1\) for scale_kind 'channel'"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind="channel")
+    with pytest.raises(ValueError, match="scale_kind must be one of"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind="group")
     with pytest.raises(ValueError, match="group_m"):
         fp8_block_a16_matmul_mgpu(x, w, ws, group_m=0)
 
