@@ -194,7 +194,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool) -> bench.Op:
 
 
 def _triton_block_op() -> bench.Op:
-    """fp8_block through the Triton kernel at every M (the dispatcher leaves it at M >= 1024)."""
+    """fp8_block through the Triton kernel at every M (the dispatcher leaves it at M >= 256)."""
     from jqlin.kernels.pallas_fp8 import w8a8_apply
     interpret = jax.default_backend() == "cpu"
     return bench.Op("triton_block", "fp8_block", "default",
@@ -245,6 +245,12 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump({**meta, "records": records}, f, indent=1)
 
+    def run_saved(shape, ms, ops):  # one shape's ops side by side; the JSON after each shape
+        res = bench.run([shape], ms, ops, reps=args.reps, log=print, on_record=records.append)
+        meta.update({kk: v for kk, v in res.items() if kk != "records"})
+        save()
+        print(bench.format_table(res["records"]), flush=True)
+
     def go(shapes, fmt, cfgs, ms, baselines=True, extra_fmts=()):
         if args.tiny:
             shapes, ms = [("tiny", 1024, 256)], tuple(min(m, 64) for m in ms)
@@ -252,11 +258,7 @@ def main(argv=None) -> int:
             ops = _ops_for(fmt, cfgs, ms, n, k, target, baselines)
             for ef in extra_fmts:
                 ops.append(bench.xla_fp8_op(ef))
-            res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
-                            on_record=records.append)
-            meta.update({kk: v for kk, v in res.items() if kk != "records"})
-            save()
-            print(bench.format_table([r for r in res["records"]]), flush=True)
+            run_saved((model, k, n), ms, ops)
 
     if "decode" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_per_channel_a16", DECODE, (1, 16))
@@ -291,11 +293,7 @@ def main(argv=None) -> int:
                    _triton_block_op(), _mgpu_block_op(2, 16), _mgpu_block_op(2, 16, programs=sms)]
             if not args.tiny:  # (the interpreter takes ~30 s per variant)
                 ops += [_mgpu_block_op(2, 8), _mgpu_block_op(2, 8, programs=sms)]
-            res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
-                            on_record=records.append)
-            meta.update({kk: v for kk, v in res.items() if kk != "records"})
-            save()
-            print(bench.format_table(res["records"]), flush=True)
+            run_saved((model, k, n), ms, ops)
     if "mgpu_a16" in parts:  # the Mosaic GPU W8A16 kernel vs the Triton / dense paths and bf16
         # (session 5, untimed; prediction in NOTES.md: block 0.7-0.9x bf16 vs the Triton
         # 0.36-0.48x; per-channel about the dense path's 0.73-0.91x or better)
@@ -308,11 +306,7 @@ def main(argv=None) -> int:
             for fmt in ("fp8_block_a16", "fp8_per_channel_a16"):  # vs the Triton / dense path
                 ops += [bench.kernel_op("pallas_fp8_w8a16", fmt), _mgpu_a16_op(fmt, False)]
                 ops += [] if args.tiny else [_mgpu_a16_op(fmt, True)]
-            res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print,
-                            on_record=records.append)
-            meta.update({kk: v for kk, v in res.items() if kk != "records"})
-            save()
-            print(bench.format_table(res["records"]), flush=True)
+            run_saved((model, k, n), ms, ops)
     if "block_a16" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
     if "large" in parts:
