@@ -40,6 +40,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
+from .fp8_block_mgpu import launch_params as mgpu_launch_params
 from .fp8_dense import fp8_dense_matmul
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
@@ -352,12 +353,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
             raise ValueError("the mgpu path is the block-scaled W8A8 kernel: it needs "
                              f"x_scale_kind 'group' and w_scale_kind 'block', got "
                              f"{x_scale_kind!r} and {w_scale_kind!r}")
-        # two K-blocks per pipeline step overlap one block's promotion with the next block's
-        # wgmma (session 5: +2-13% over one block per step); 16 tile rows per launch group
-        # share their operands in L2 (+0-15% over row-by-row launch order)
-        blocks = 2 if k % (2 * SCALE_BLOCK) == 0 else 1
         return fp8_block_matmul_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
-                                     blocks_per_step=blocks, group_m=16, interpret=interpret)
+                                     interpret=interpret, **mgpu_launch_params(k))
     if path != "pallas":
         raise ValueError(f"path must be 'pallas', 'dense' or 'mgpu', got {path!r}")
     sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
+from pallas_kernels.fp8_block_mgpu import launch_params as mgpu_launch_params
 from pallas_kernels.fp8_paths import DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
@@ -119,18 +120,17 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
     path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic,
                     interpret=jax.default_backend() == "cpu")  # the dispatcher interprets there
+    if path == "dense":
+        return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
+    if path == "mgpu":
+        launch = ", ".join(f"{key}={v}" for key, v in mgpu_launch_params(k).items())
+        return {"path": f"mgpu (Mosaic GPU wgmma block kernel, 128x128 CTA tiles, {launch})"}
     if kernel == W8A16.name:
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
                            deterministic=deterministic)
     else:
         _, cfg = w8a8_config(m, n, k, x_scale_kind=x_kind, w_scale_kind=w_kind,
                              deterministic=deterministic)
-    if path == "dense":
-        return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
-    if path == "mgpu":
-        blocks = 2 if k % 256 == 0 else 1
-        return {"path": f"mgpu (Mosaic GPU wgmma block kernel, 128x128 CTA tiles, {blocks} "
-                        "K-block(s) per pipeline step, launch groups of 16 tile rows)"}
     return {**cfg.to_json(), "path": "pallas"}
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from float64_bound import assert_within_bound
 from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
-from pallas_kernels.mgpu_common import tile_index as _tile
+from pallas_kernels.mgpu_common import tile_index
 
 # fp8 MMAs accumulate inside the tensor core with ~14 significant bits per 128-K block (as the
 # Triton block kernel, test_pallas_fp8.GPU_ACC_RTOL_FP8); the interpreter sums in float32.
@@ -55,7 +55,7 @@ def test_interpreter_matches_float64(rng, m, out_dtype, blocks, group_m, program
 
 @pytest.mark.parametrize("m_tiles,n_tiles,group_m", [(3, 5, 2), (4, 3, 8), (5, 2, 1), (1, 1, 4)])
 def test_tile_order_covers_every_tile_once(m_tiles, n_tiles, group_m):
-    tiles = [tuple(int(v) for v in _tile(jnp.int32(t), m_tiles, n_tiles, group_m))
+    tiles = [tuple(int(v) for v in tile_index(jnp.int32(t), m_tiles, n_tiles, group_m))
              for t in range(m_tiles * n_tiles)]
     assert sorted(tiles) == [(i, j) for i in range(m_tiles) for j in range(n_tiles)]
     assert [j for i, j in tiles[:min(group_m, m_tiles)]] == [0] * min(group_m, m_tiles)
