@@ -1,24 +1,33 @@
-"""Block-scaled FP8 weight-only (W8A16, ModelOpt FP8_PB_WO / `fp8_block_a16`) on Mosaic GPU, for
-prefill sizes. EXPERIMENTAL (session 5, after the device time): lowers for CUDA and matches
-float64 in Mosaic GPU's interpreter on CPU (tests/kernels/test_fp8_block_mgpu.py); not yet run
-or timed on a GPU, so the dispatcher does not use it (`sweep_fp8.py --parts mgpu_a16` times it).
+"""FP8 weight-only (W8A16: e4m3 weights with 128x128 block, per-channel or per-tensor scales,
+bf16/f16 activations) on Mosaic GPU -- the default-mode path of `pallas_fp8_w8a16` on sm_90 for
+16-bit activations (pallas_kernels.fp8_paths): at every M for block scales, from M=2 for the
+others (the dense path takes whole-K scales from M=1024). Session 6, H200 grid over 11 shapes:
+fp8_block_a16 1.38x bf16 at M=1 and 1.40x at M=16 (geomean; 1.07-1.67x), 0.75-0.77x at M=256
+to 1024, where the Triton kernel (its deterministic configs, same run) ran 0.83x / 0.81x and
+0.45x / 0.42x (NOTES.md, session 6).
 
-Why: the Triton W8A16 block kernel runs at 0.36-0.48x bf16 from M=1024 (session-5 grid): its
-e4m3 -> bf16 conversion and a scale multiply per 128-K step sit between MMAs that nothing else
-overlaps. Here, as in block_w8a8 (fp8_block_mgpu), a TMA warpgroup streams the tiles while two
-compute warpgroups convert and multiply; the weights are wgmma's A operand straight from
-registers (exact conversion: every e4m3 value is a bf16), so no converted copy goes back to
-shared memory -- the mixed-type layout of JAX's hopper_mixed_type_matmul_mgpu example.
+Why not Triton: its W8A16 block kernel ran at 0.36-0.48x bf16 from M=1024 (session-5 grid):
+its e4m3 -> bf16 conversion and a scale multiply per 128-K step sit between MMAs that nothing
+else overlaps; at decode its loads are not pipelined. Here, as in fp8_block_mgpu, a TMA
+warpgroup streams the tiles while two compute warpgroups convert and multiply; the weights
+are wgmma's A operand straight from registers (exact conversion: every e4m3 value is a bf16),
+so no converted copy goes back to shared memory -- the mixed-type layout of JAX's
+hopper_mixed_type_matmul_mgpu example.
 
 Swap-AB: the weight rows are the MMA's M side, so the kernel computes y^T (N, M) = W (N, K) @
 x^T and the caller transposes. Numerics per output (m, n), K-block kb of 128: part = sum_k
 bf16(w[n, k]) * x[m, k] (one wgmma chain from zero, float32 accumulation), then
-total += part * w_scale[n // 128, kb] in float32, in K order.
+total += part * w_scale[n // 128, kb] in float32, in K order. With k_splits ranges of K, each
+range's total starts from zero and the ranges' totals are added in K order afterwards.
 
 Layout: w (N, K) e4m3, N and K multiples of 128 (block formats store them padded); x (M, K)
-bf16 or f16 (the caller pads M to 128); the scale handed over as one row per K-block,
+bf16 or f16 (padded to whole x tiles of block_m rows); the scale handed over as one row per K-block,
 (K/128, N) float32, so TMA can move it beside the tiles. Per-channel and per-tensor scales
 take the same route (each K-block's part times the row's one scale).
+
+Its bits differ from the Triton kernel's (benchmarks/probe_det_mgpu.py on the H200: 33-46% of
+outputs equal at the same K order), so deterministic mode, which must give the same bits at
+every M, keeps the Triton kernels.
 """
 
 from __future__ import annotations
@@ -31,18 +40,23 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
-                          two_warpgroup_pipeline)
+from .fp8_heuristics import num_sms
+from .mgpu_common import (BLOCK, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows, swizzled,
+                          tile_index, two_warpgroup_pipeline)
 
-__all__ = ["fp8_block_a16_matmul_mgpu"]
+__all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "launch_params", "X_TILES"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
+X_TILES = (8, 16, 32, 64, 128)  # x rows per CTA tile: wgmma's N (multiples of 8)
+# K ranges only up to here: their float32 partials (ranges x M x N) stay small against the weight
+SPLIT_MAX_M = 256
 
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
-            a_in_registers: bool):
+            a_in_registers: bool, block_m: int, k_splits: int):
     n, k = w_gmem.shape
     m = x_gmem.shape[0]
+    steps = k // BLOCK // k_splits  # K-blocks per split
     x_tiles = swizzled(x_gmem.dtype)
 
     def body(_, w_smem, x_smem, ws_smem, total, a_smem):
@@ -61,43 +75,84 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             ws = plgpu.load(ws_smem.at[0, rows], layout=plgpu.Layout.WGMMA.reduce(1))
             return total + part * lax.broadcast_in_dim(ws, part.shape, [0])
 
-        return pl.run_scoped(run_block, plgpu.ACC((WG_ROWS, BLOCK), F32))
+        return pl.run_scoped(run_block, plgpu.ACC((WG_ROWS, block_m), F32))
 
-    def pipeline(body_fn, context):
-        return two_warpgroup_pipeline(body_fn, context, steps=k // BLOCK, stages=stages,
-                                      in_specs=[
-            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=swizzled(E4M3)),
-            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, i), transforms=x_tiles),
-            plgpu.BlockSpec((1, BLOCK), lambda i: (i, 0)),
+    def pipeline(body_fn, context, first=0):  # steps first, first + 1, ... of K-blocks
+        return two_warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, in_specs=[
+            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, first + i), transforms=swizzled(E4M3)),
+            plgpu.BlockSpec((block_m, BLOCK), lambda i: (0, first + i), transforms=x_tiles),
+            plgpu.BlockSpec((1, BLOCK), lambda i: (first + i, 0)),
         ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
+    scratch = {} if a_in_registers else dict(
+        a_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
 
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(w_gmem, x_gmem, ws_gmem),
-        out_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), out_gmem.dtype,
-                            transforms=swizzled(out_gmem.dtype)),
-        a_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles),
-        collective_axes="wg",
+        out_smem=plgpu.SMEM((2, WG_ROWS, block_m), out_gmem.dtype,
+                            transforms=swizzled(out_gmem.dtype, block_m)),
+        collective_axes="wg", **scratch,
     )
-    def _scope(allocs, out_smem, a_smem):
+    def _scope(allocs, out_smem, a_smem=None):
+        t = lax.axis_index("tile")
+        tile = t // k_splits
+        split = t - tile * k_splits  # (lax.rem here hangs Mosaic GPU's interpreter)
         # the weight tiles play tile_index's "m" role (output rows of y^T)
-        n_idx, m_idx = tile_index(lax.axis_index("tile"), n // BLOCK, m // BLOCK, group_m)
+        n_idx, m_idx = tile_index(tile, n // BLOCK, m // block_m, group_m)
         n_slice = pl.ds(n_idx * BLOCK, BLOCK)
-        m_slice = pl.ds(m_idx * BLOCK, BLOCK)
-        context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem,
+        m_slice = pl.ds(m_idx * block_m, block_m)
+        context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem.at[split],
                                     row_slice=n_slice, col_slice=m_slice)
-        pipeline(functools.partial(body, a_smem=a_smem), context)(
+        pipeline(functools.partial(body, a_smem=a_smem), context, split * steps)(
             w_gmem.at[n_slice], x_gmem.at[m_slice], ws_gmem.at[:, n_slice],
             allocations=allocs)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
+def decode_params(m: int, n: int, k: int, sms: int) -> dict:
+    """Settings for small M (weight-streaming): the smallest x tile holding M's rows, and K cut
+    into ranges (their results summed afterwards) so that the CTAs fill whole waves of SMs:
+    the fewest ranges whose wave fill is within 0.2 of the best, each range at least eight
+    K-blocks long. (Fitted on session 6's H200 sweeps, 26 cases of 10 shapes at M=1..256 with
+    1/2/4/8 ranges: 1.01x the fastest choice on geomean, 1.26x at worst (4096x6144, M=256);
+    filling every SM at any cost was 1.06x / 1.39x.)"""
+    block_m = next(b for b in X_TILES if b >= min(m, BLOCK))
+    ctas, k_blocks = n // BLOCK * -(-m // block_m), k // BLOCK
+    options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
+    fill = {s: ctas * s / (-(-ctas * s // sms) * sms) for s in options}
+    best = max(fill.values())
+    return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2))
+
+
+def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams) -> dict:
+    """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
+    the shared-memory variant; the interpreter runs only the latter), and up to SPLIT_MAX_M
+    rows decode_params' x tiles (small below 128 rows) and K ranges."""
+    small = decode_params(m, n, k, num_sms()) if m <= SPLIT_MAX_M else {}
+    return dict(a_in_registers=not interpret, **small)
+
+
+def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
+            a_in_registers: bool) -> int:
+    per_step = BLOCK * BLOCK + block_m * BLOCK * x_bytes + BLOCK * 4  # w, x and scale tiles
+    fixed = 2 * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
+                                                 2 * WG_ROWS * BLOCK * x_bytes)
+    fit = (SMEM_BYTES - fixed) // per_step
+    if requested is None:
+        return min(fit, 3 if block_m == BLOCK else 8)
+    if not (isinstance(requested, int) and 1 <= requested <= fit):
+        raise ValueError(f"stages must be an int in [1, {fit}] for x tiles of {block_m} rows "
+                         f"({per_step} bytes of shared memory per stage), got {requested!r}")
+    return requested
+
+
 def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
-                              scale_kind: str = "block",
-                              out_dtype=None, stages: int = 3, group_m: int = 8,
+                              scale_kind: str = "block", out_dtype=None,
+                              stages: int | None = None, group_m: int = 8,
+                              block_m: int = BLOCK, k_splits: int = 1,
                               a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
@@ -105,8 +160,13 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     scale_kind: "block" (w_scale (N/128, K/128)), "channel" ((N, 1)) or "tensor" ((1, 1)); the
     last two run the same per-128-K promotion with the row's one scale (W8A16 per-channel /
     per-tensor at prefill sizes without the dense path's converted copy of the weight).
-    stages: pipeline steps in flight (48 KB of shared memory each with bf16 x).
-    group_m: weight tile rows launched together (their x tiles shared in L2; see mgpu_common.tile_index).
+    stages: pipeline steps in flight; None: 3 with 128-row x tiles, else as many as fit up to
+    8 (a step holds a 16 KB weight tile and a block_m x 128 x tile).
+    group_m: weight tile rows launched together (their x tiles shared in L2; see
+    mgpu_common.tile_index).
+    block_m: x rows per CTA tile, one of X_TILES (wgmma's N): small for decode (M padded to it).
+    k_splits: K cut into this many equal ranges of whole K-blocks, each its own CTA, their
+    float32 results summed in range order afterwards (decode: more CTAs than weight tiles).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -127,8 +187,17 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                          f"{scale_kind!r}, got {tuple(w_scale.shape)}")
     if not (isinstance(group_m, int) and group_m >= 1):
         raise ValueError(f"group_m must be a positive int, got {group_m!r}")
+    if block_m not in X_TILES:
+        raise ValueError(f"block_m must be one of {X_TILES}, got {block_m!r}")
+    if not (isinstance(k_splits, int) and k_splits >= 1 and (k // BLOCK) % k_splits == 0):
+        raise ValueError(f"k_splits must be a positive int dividing K/{BLOCK}={k // BLOCK}, "
+                         f"got {k_splits!r}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    mp = -(-m // BLOCK) * BLOCK
+    # split results are summed in float32 and rounded once; TMA stores rows of >= 32 bytes
+    narrow = block_m * out_dtype.itemsize < 32
+    kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow else out_dtype
+    stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers)
+    mp = -(-m // block_m) * block_m
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
     ws = w_scale.astype(F32)  # one row of per-weight-row scales per K-block: (K/128, N)
@@ -136,7 +205,11 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                jnp.broadcast_to(ws.T, (k // BLOCK, n)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
-                          a_in_registers=a_in_registers),
-        jax.ShapeDtypeStruct((n, mp), out_dtype), n // BLOCK * (mp // BLOCK), interpret)
-    yt = call(w, x, ws_rows)
-    return yt.T[:m]
+                          a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits),
+        jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
+        n // BLOCK * (mp // block_m) * k_splits, interpret)
+    parts = call(w, x, ws_rows)
+    yt = parts[0]
+    for part in parts[1:]:  # in K order, whatever the compiler would pick for a reduce
+        yt = yt + part
+    return yt.T[:m].astype(out_dtype)

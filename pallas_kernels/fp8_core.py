@@ -41,6 +41,8 @@ from jax.experimental.pallas import triton as pltriton
 from .common import MatmulConfig, cdiv
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
 from .fp8_block_mgpu import launch_params as mgpu_launch_params
+from .fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
+from .fp8_block_a16_mgpu import launch_params as mgpu_a16_launch_params
 from .fp8_dense import fp8_dense_matmul
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
@@ -312,8 +314,9 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     poison_output: test hook -- the kernel writes into a NaN-filled buffer passed in (aliased),
     so any element it fails to write stays NaN.
     path: "pallas" (this kernel), "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
-    scales only) or "mgpu" (fp8_block_mgpu: Mosaic GPU wgmma, block / group scales only); the
-    last two are not batch-invariant (fp8_paths).
+    scales only) or "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
+    fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128); the last two
+    are not batch-invariant (fp8_paths).
     """
     if x_scale_kind not in X_SCALE_KINDS:
         raise ValueError(f"x_scale_kind must be one of {X_SCALE_KINDS}, got {x_scale_kind!r}")
@@ -349,9 +352,13 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
         return fp8_dense_matmul(x, x_scale, w, w_scale, x_scale_kind=x_scale_kind,
                                 w_scale_kind=w_scale_kind, out_dtype=out_dtype)
     if path == "mgpu":
+        if x_scale_kind == "none":
+            return fp8_block_a16_matmul_mgpu(x, w, w_scale, scale_kind=w_scale_kind,
+                                             out_dtype=out_dtype, interpret=interpret,
+                                             **mgpu_a16_launch_params(m, n, k, interpret))
         if (x_scale_kind, w_scale_kind) != ("group", "block"):
-            raise ValueError("the mgpu path is the block-scaled W8A8 kernel: it needs "
-                             f"x_scale_kind 'group' and w_scale_kind 'block', got "
+            raise ValueError("the mgpu path runs block-scaled W8A8 or weight-only: it needs "
+                             f"x_scale_kind 'group' with w_scale_kind 'block', or 'none'; got "
                              f"{x_scale_kind!r} and {w_scale_kind!r}")
         return fp8_block_matmul_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
                                      interpret=interpret, **mgpu_launch_params(k))

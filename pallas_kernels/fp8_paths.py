@@ -1,24 +1,33 @@
 """Which implementation an fp8 kernel call runs: its own Triton kernel ('pallas'), one XLA GEMM
-of the stored codes ('dense', fp8_dense), or the Mosaic GPU block kernel ('mgpu',
-fp8_block_mgpu). One rule for both fp8 kernels, and for describe_config.
+of the stored codes ('dense', fp8_dense), or a Mosaic GPU wgmma kernel ('mgpu': fp8_block_mgpu
+for block-scaled W8A8, fp8_block_a16_mgpu for W8A16). One rule for both fp8 kernels, and for
+describe_config.
 
-Default mode only: both other paths fix their summation order by the shape's launch (cuBLAS's
-choice, or the 128-row CTA tiles), so deterministic mode keeps the Triton kernels' M-free
-schedules. An explicit tile config or path wins.
+Default mode only: cuBLAS picks the dense path's summation order by shape, and the Mosaic
+kernels' bits differ from the Triton kernels' even in the same K order (probe_det_mgpu.py,
+session 6), so deterministic mode keeps the Triton kernels' M-free schedules at every M. An
+explicit tile config or path wins.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
-__all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "MGPU_MIN_M", "PATHS"]
+__all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "MGPU_MIN_M", "MGPU_A16_MIN_M", "PATHS"]
 
 PATHS = ("pallas", "dense", "mgpu")
 # From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md).
 # Whole-K scales: 1.16-1.36x bf16 vs the Triton kernel's 1.01-1.11x (fp8 x fp8, 8192^2).
 DENSE_MIN_M = 1024
-# Block scales: 0.78-1.17x bf16 vs Triton's 0.70-0.97x (4 shapes, M=256..16384).
+# Block W8A8: 0.78-1.17x bf16 vs Triton's 0.70-0.97x (4 shapes, M=256..16384, session 5).
+# W8A16, every scale kind: 0.71-0.86x vs Triton's 0.44-0.54x at M=256..4096 (block) and
+# M=256 (per-channel; the dense path takes over at DENSE_MIN_M) (3 shapes, session 6).
 MGPU_MIN_M = 256
+# Below MGPU_MIN_M weight-only takes the Mosaic kernel's decode settings (small x tiles, K
+# ranges): block scales 1.07-1.65x bf16 at M=1..64 vs Triton's 0.78-1.13x; per-channel from
+# M=2 (the Triton gemv keeps M=1: 1.36-1.57x vs 0.89-1.41x) (6 shapes, session 6).
+MGPU_A16_MIN_M = {"block": 1, "channel": 2, "tensor": 2}
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:
@@ -30,10 +39,12 @@ def mosaic_wgmma_ok(interpret: bool) -> bool:
 
 
 def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
-             config=None, path: str | None = None, interpret: bool = False) -> str:
-    """'dense' at M >= DENSE_MIN_M when every scale is constant along K; 'mgpu' at M >=
-    MGPU_MIN_M for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) where
-    wgmma exists; else 'pallas'. x_scale_kind "none": weight-only."""
+             config=None, path: str | None = None, interpret: bool = False,
+             n: int = 0, k: int = 0, x_dtype=None) -> str:
+    """'dense' at M >= DENSE_MIN_M when every scale is constant along K; where wgmma exists,
+    'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
+    MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
+    128 (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M; else 'pallas'."""
     if path is not None:
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
@@ -43,7 +54,12 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     if (m >= DENSE_MIN_M and x_scale_kind in ("none", "tensor", "row")
             and w_scale_kind in ("tensor", "channel")):
         return "dense"
-    if (m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block")
-            and mosaic_wgmma_ok(interpret)):
+    if not mosaic_wgmma_ok(interpret):
+        return "pallas"
+    if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
+        return "mgpu"
+    if (x_scale_kind == "none" and m >= MGPU_A16_MIN_M[w_scale_kind] and n and k
+            and n % 128 == 0 and k % 128 == 0
+            and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2):
         return "mgpu"
     return "pallas"

@@ -44,7 +44,7 @@ def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: 
     m, k = x.shape
     path = fp8_path(m, x_scale_kind="none", w_scale_kind=scale_kind,
                     deterministic=deterministic, config=config, path=path,
-                    interpret=interpret)
+                    interpret=interpret, n=w.shape[0], k=k, x_dtype=x.dtype)
     cfg = w8a16_config(m, w.shape[0], k, scale_kind=scale_kind, x_dtype=x.dtype,
                        deterministic=deterministic, config=config)
     return fp8_matmul(x, None, w, w_scale, x_scale_kind="none", w_scale_kind=scale_kind,

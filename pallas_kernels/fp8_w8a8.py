@@ -57,7 +57,7 @@ def w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Ar
     m, k = xq.shape
     path = fp8_path(m, x_scale_kind=x_scale_kind, w_scale_kind=w_scale_kind,
                     deterministic=deterministic, config=config, path=path,
-                    interpret=interpret)
+                    interpret=interpret, n=w.shape[0], k=k, x_dtype=xq.dtype)
     name, cfg = w8a8_config(m, w.shape[0], k, x_scale_kind=x_scale_kind,
                             w_scale_kind=w_scale_kind, deterministic=deterministic,
                             config=config)

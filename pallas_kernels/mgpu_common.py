@@ -10,11 +10,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-__all__ = ["BLOCK", "WG_ROWS", "swizzled", "tile_index", "two_warpgroup_pipeline",
+__all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "two_warpgroup_pipeline",
            "store_rows", "interpret_params", "mgpu_kernel"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup (two per CTA)
+# shared memory a CTA may allocate on sm_90 (what Mosaic GPU reports on the H200), less 2 KB
+# for the pipeline's barriers and alignment
+SMEM_BYTES = 232448 - 2048
 
 
 def swizzled(dtype, cols: int = BLOCK) -> tuple:
@@ -43,9 +46,9 @@ def two_warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int):
 
 def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice) -> None:
     """A pipeline's compute context: run it from a zero float32 total, then store this
-    warpgroup's 64 rows of the tile through shared memory."""
+    warpgroup's 64 rows of the tile through shared memory (out_smem: (2, 64, tile columns))."""
     wg = lax.axis_index("wg")
-    zero = plgpu.layout_cast(jnp.zeros((WG_ROWS, BLOCK), jnp.float32), plgpu.Layout.WGMMA)
+    zero = plgpu.layout_cast(jnp.zeros(out_smem.shape[1:], jnp.float32), plgpu.Layout.WGMMA)
     total = run(zero)
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
     out_smem[wg] = total.astype(out_smem.dtype)

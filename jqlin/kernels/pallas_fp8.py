@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
 from pallas_kernels.fp8_block_mgpu import launch_params as mgpu_launch_params
+from pallas_kernels.fp8_block_a16_mgpu import launch_params as mgpu_a16_launch_params
 from pallas_kernels.fp8_paths import DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
@@ -118,13 +119,18 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     n, k = qw.storage_shape
     w_kind = _W_KIND[spec.weight.granularity]  # not _weight_scale: qw may be abstract
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
+    interpret = jax.default_backend() == "cpu"  # the dispatcher interprets there
     path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic,
-                    interpret=jax.default_backend() == "cpu")  # the dispatcher interprets there
+                    interpret=interpret, n=n, k=k, x_dtype=x_dtype)
     if path == "dense":
         return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
     if path == "mgpu":
-        launch = ", ".join(f"{key}={v}" for key, v in mgpu_launch_params(k).items())
-        return {"path": f"mgpu (Mosaic GPU wgmma block kernel, 128x128 CTA tiles, {launch})"}
+        if kernel == W8A16.name:
+            params, what = mgpu_a16_launch_params(m, n, k, interpret), "W8A16 swap-AB"
+        else:
+            params, what = mgpu_launch_params(k), "block W8A8"
+        launch = ", ".join(f"{key}={v}" for key, v in params.items())
+        return {"path": f"mgpu (Mosaic GPU wgmma {what} kernel, 128-row weight tiles, {launch})"}
     if kernel == W8A16.name:
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
                            deterministic=deterministic)

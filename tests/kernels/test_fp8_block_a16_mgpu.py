@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from float64_bound import assert_within_bound
-from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
+from pallas_kernels.fp8_block_a16_mgpu import (decode_params, fp8_block_a16_matmul_mgpu,
+                                                launch_params)
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
 ACC_RTOL = 1e-5
@@ -49,6 +50,43 @@ def test_interpreter_matches_float64(rng, m, out_dtype, x_dtype):
     _check(y, x, w, ws, out_dtype)
 
 
+@pytest.mark.parametrize("m,block_m,k_splits,out_dtype", [(1, 8, 2, jnp.float32),
+                                                          (5, 16, 4, jnp.bfloat16),
+                                                          (20, 32, 1, jnp.float32)])
+def test_interpreter_small_tiles_and_k_ranges_match_float64(rng, m, block_m, k_splits,
+                                                            out_dtype):
+    """Decode settings: x tiles of 8-32 rows (M=5 and 20 partial) and K cut into 2 or 4
+    ranges summed afterwards."""
+    x, w, ws = _operands(rng, m, 256, 512)
+    y = fp8_block_a16_matmul_mgpu(x, w, ws, out_dtype=out_dtype, interpret=True,
+                                  a_in_registers=False, block_m=block_m, k_splits=k_splits)
+    assert y.shape == (m, 256) and y.dtype == out_dtype
+    _check(y, x, w, ws, out_dtype)
+
+
+def test_decode_params_fill_whole_waves():
+    # the fastest K-range counts measured on the H200 at M=1/16/64 (session 6, sweep_fp8
+    # --parts mgpu_dec,mgpu_split)
+    best = {(8192, 8192): 2, (4096, 4096): 4, (4096, 28672): 1, (14336, 4096): 4,
+            (7168, 24576): 2, (18432, 7168): 2, (4096, 6144): 2}
+    for (k, n), splits in best.items():
+        for m, block_m in ((1, 8), (16, 16), (64, 64)):
+            assert decode_params(m, n, k, 132) == dict(block_m=block_m, k_splits=splits)
+    assert decode_params(9, 4096, 512, 132) == dict(block_m=16, k_splits=1)  # 4 blocks: whole
+    assert decode_params(256, 4096, 14336, 132) == dict(block_m=128, k_splits=2)
+    assert decode_params(100, 256, 4096, 132)["block_m"] == 128
+
+
+def test_stages_must_fit_shared_memory(rng):
+    x, w, ws = _operands(rng, 8, 128, 256)
+    with pytest.raises(ValueError, match=r"stages must be an int in \[1, "):
+        fp8_block_a16_matmul_mgpu(x, w, ws, stages=40)
+    with pytest.raises(ValueError, match="block_m must be one of"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=24)
+    with pytest.raises(ValueError, match="k_splits must be a positive int dividing K/128=2"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=3)
+
+
 @pytest.mark.parametrize("scale_kind", ["channel", "tensor"])
 def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
     x, w, ws = _operands(rng, 130, 256, 384, scale_kind=scale_kind)
@@ -84,9 +122,15 @@ def test_rejects_bad_operands(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("a_in_registers", [True, False])
-@pytest.mark.parametrize("m", [1, 255, 4096])
+@pytest.mark.parametrize("m", [1, 7, 16, 255, 4096])
 def test_gpu_matches_float64(rng, m, a_in_registers):
-    x, w, ws = _operands(rng, m, 2560, 7168)
+    """The dispatcher's settings (decode_params' x tiles and K ranges up to 256 rows) on a
+    real size."""
+    n, k = 2560, 7168
+    x, w, ws = _operands(rng, m, n, k)
+    small = {key: v for key, v in launch_params(m, n, k, False).items()
+             if key != "a_in_registers"}
     y = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, out_dtype=jnp.float32,
-                                                     a_in_registers=a_in_registers))(x, w, ws)
+                                                     a_in_registers=a_in_registers, **small))(
+        x, w, ws)
     _check(y, x, w, ws, jnp.float32)

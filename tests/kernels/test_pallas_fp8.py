@@ -291,7 +291,7 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind):
 
 
 def test_paths_are_chosen_only_for_default_mode_large_m():
-    from pallas_kernels.fp8_paths import MGPU_MIN_M, fp8_path
+    from pallas_kernels.fp8_paths import MGPU_MIN_M, fp8_path, mosaic_wgmma_ok
     a16 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="none", w_scale_kind="channel",
                                                 deterministic=False, config=None), **kw})
     a8 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="row", w_scale_kind="channel",
@@ -302,6 +302,18 @@ def test_paths_are_chosen_only_for_default_mode_large_m():
         assert path(4096, config=MatmulConfig(64, 128, 128)) == "pallas"
         assert path(16, path="dense") == "dense"
     assert a16(4096, w_scale_kind="block") == "pallas"  # block scales change along K
+    # weight-only on Mosaic GPU: 16-bit x and N, K multiples of 128 (the swap-AB kernel)
+    shape = dict(interpret=True, n=256, k=384, x_dtype=jnp.bfloat16)
+    assert a16(MGPU_MIN_M, w_scale_kind="block", **shape) == "mgpu"
+    assert a16(4096, w_scale_kind="block", **shape) == "mgpu"
+    assert a16(MGPU_MIN_M, **shape) == "mgpu" and a16(1024, **shape) == "dense"
+    assert a16(1, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
+    assert a16(2, **shape) == "mgpu" and a16(1, **shape) == "pallas"  # the Triton gemv
+    assert a16(1, w_scale_kind="block", **{**shape, "interpret": False}) == (
+        "mgpu" if mosaic_wgmma_ok(False) else "pallas")
+    assert a16(512, w_scale_kind="block", **{**shape, "x_dtype": jnp.float32}) == "pallas"
+    assert a16(512, **{**shape, "n": 200}) == "pallas"
+    assert a16(512, deterministic=True, **shape) == "pallas"
     block = dict(x_scale_kind="group", w_scale_kind="block")
     assert a8(4096, interpret=True, **block) == "mgpu"  # the Mosaic GPU kernel (interpreted)
     assert a8(MGPU_MIN_M, interpret=True, **block) == "mgpu"
@@ -464,6 +476,26 @@ def test_gpu_launch_variants_poisoned(rng, case):
     fp8_mma = case[1] != "none" and case[6].fp8_mma
     _run_variant(rng, case, interpret=False,
                  acc_rtol=GPU_ACC_RTOL_FP8 if fp8_mma else GPU_ACC_RTOL)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_block_a16", "fp8_per_channel_a16"])
+def test_w8a16_takes_the_mosaic_path_at_prefill_sizes(rng, fmt):
+    """Default mode, bf16 x, M >= MGPU_MIN_M (below the dense path for per-channel): the
+    Mosaic GPU swap-AB kernel (its interpreter on CPU, weights through shared memory) agrees
+    with the XLA reference within the float64 bound; deterministic mode stays on Triton."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    from pallas_kernels.fp8_paths import MGPU_MIN_M
+    qw = qweight.quantize(jnp.asarray(rng.standard_normal((256, 384)), jnp.float32), fmt)
+    m = MGPU_MIN_M + 3  # a partial 128-row tile
+    x = jnp.asarray(rng.standard_normal((m, 384)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+    kernel = "pallas_fp8_w8a16"
+    assert describe_config(kernel, m, qw, qw.spec, x.dtype, False)["path"].startswith("mgpu")
+    assert describe_config(kernel, m, qw, qw.spec, x.dtype, True)["path"] == "pallas"
+    y = dispatch.matmul(x, qw, kernel=kernel)
+    assert y.shape == (m, 256) and y.dtype == jnp.bfloat16
+    w = np.asarray(qw.dequantize(), np.float64)
+    xd = np.asarray(x.astype(jnp.float32), np.float64)
+    assert_close(y, xd @ w.T, np.abs(xd) @ np.abs(w).T, CPU_ACC_RTOL)
 
 
 def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):
