@@ -80,11 +80,13 @@ def mgpu_section(path: pathlib.Path) -> list[str]:
     recs = [r for r in d["records"] if "median_us" in r]
     labels = ["fp8_block:triton_block"] + sorted(
         {r["label"] for r in recs if r["label"].startswith("fp8_block:mgpu")},
-        key=lambda l: (l.split("_g")[0], int(l.rsplit("_g", 1)[1]) if "_g" in l else 0))
+        key=lambda l: (l.split("_g")[0], "_p" in l,
+                       int(l.rsplit("_g", 1)[1].split("_")[0]) if "_g" in l else 0))
     out = [f"### Block FP8 W8A8 on Mosaic GPU ({path.name})", "",
            "TFLOP/s and speedup vs bf16 `jnp.dot` (same shape and M, same process, CUPTI device "
            "time). `triton_block`: the Triton kernel; `mgpu_block2_g<G>`: the Mosaic GPU wgmma "
-           "kernel, 2 K-blocks per pipeline step, launch groups of G tile rows (1: row by row). "
+           "kernel, 2 K-blocks per pipeline step, launch groups of G tile rows (1: row by row); "
+           "`_p<P>`: a persistent grid of P CTAs (the SM count). "
            f"Command: `{d.get('command', '?')}`.", "",
            "| shape (K x N) | M | bf16 TFLOP/s | " + " | ".join(l.split(":")[1] for l in labels)
            + " |", "|---|---|---|" + "---|" * len(labels)]
@@ -148,7 +150,7 @@ CURRENT = (
     ("h200_fp8_grid_s3_large.json", None), ("h200_fp8_grid_s4_large.json", None),
     ("h200_fp8_grid_s3_m1.json", (1,)), ("h200_fp8_grid_s4_kparts.json", None),
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
-    ("h200_fp8_grid_s5_paths.json", None),
+    ("h200_fp8_grid_s5_paths.json", None), ("h200_fp8_grid_s6_w8a16.json", None),
 )
 
 
@@ -238,6 +240,10 @@ def main() -> int:
         ("h200_fp8_grid_s5_paths.json", "FP8 at M=1024 and 4096 with the default-mode prefill "
          "paths (session 5; 7 shapes): whole-K scales run one XLA GEMM of the codes, fp8_block "
          "the Mosaic GPU wgmma kernel; `[det]` rows are the Triton kernels"),
+        ("h200_fp8_grid_s6_w8a16.json", "FP8 W8A16 at M=1-1024 after the Mosaic GPU W8A16 kernel "
+         "was registered (session 6; 11 shapes): default mode runs it at every M for block "
+         "scales and from M=2 for per-channel (the dense path from 1024); `[det]` rows are the "
+         "Triton kernels"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
@@ -253,7 +259,7 @@ def main() -> int:
     det = RESULTS / "h200_fp4_mx_det_s4.json"
     if det.exists():
         lines += det_schedule_section(det) + [""]
-    mgpu = RESULTS / "h200_fp8_sweep_mgpu_v2_s5.json"
+    mgpu = RESULTS / "h200_fp8_sweep_mgpu_v3_s6.json"
     if mgpu.exists():
         lines += mgpu_section(mgpu) + [""]
     for p in sorted(RESULTS.glob("h200x2_tp_s*.json")):

@@ -10,6 +10,7 @@
 #        e.g. sweep:v4), fp4parts:<parts> (bench_fp4_mx.py --parts, e.g. fp4parts:decode),
 #        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_CHECKS selects
 #        tp_check's groups, TP_ARGS bench_tp's arguments),
+#        probe (benchmarks/probe_det_mgpu.py; T_PROBE),
 #        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
@@ -59,6 +60,11 @@ lane() {  # lane <gpus> <steps...>
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_SWEEP:-300})" python3 benchmarks/sweep_fp8.py \
           --parts "$shapes" --out "$OUT/sweep_gpu${gpu}_$n.json" > "/tmp/sweep$gpu.log" 2>&1
         echo "sweep rc=$?"; python3 benchmarks/sweep_fp8.py --summary "$OUT/sweep_gpu${gpu}_$n.json";;
+      probe)  # are the Mosaic kernels bitwise the Triton deterministic schedules?
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_PROBE:-200})" python3 \
+          benchmarks/probe_det_mgpu.py --out "$OUT/probe_det_gpu$gpu.json" > "/tmp/probe$gpu.log" 2>&1
+        echo "probe rc=$?"; grep -oE "'kind': '[a-z0-9_]+', 'k': [0-9]+, 'n': [0-9]+, 'm': [0-9]+|'bitwise': [A-Za-z]+, 'equal_frac': [0-9.e-]+" \
+          "/tmp/probe$gpu.log" | paste - - | head -60; grep -E "Error|rror:" "/tmp/probe$gpu.log" | head -5;;
       ncu)  # Nsight Compute on the decode kernels of profile_cases.py (filtered by name)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_NCU:-240})" ncu --target-processes all \
           -k regex:fp8_w8a -c 8 --csv --page details --section SpeedOfLight \

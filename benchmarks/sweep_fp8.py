@@ -175,22 +175,29 @@ def _mgpu_block_op(blocks: int, group_m: int = 1, programs: int | None = None) -
     return bench.Op(f"mgpu_block{blocks}_g{group_m}{tag}", "fp8_block", "default", fn)
 
 
-def _mgpu_a16_op(fmt: str, a_in_registers: bool) -> bench.Op:
-    """fmt (fp8_block_a16 / fp8_per_channel_a16) through the experimental Mosaic GPU W8A16
-    kernel (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared
-    memory."""
+def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None) -> bench.Op:
+    """fmt (fp8_block_a16 / fp8_per_channel_a16) through the Mosaic GPU W8A16 kernel
+    (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
+    small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
+    M) or a dict of block_m / k_splits / stages overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
-    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
+    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu, launch_params
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
 
     def fn(x, qw):
-        y = fp8_block_a16_matmul_mgpu(pad_k(x, qw.storage_shape[1]), qw.data, qw.scale,
-                                      scale_kind=kind, a_in_registers=a_in_registers,
-                                      interpret=interpret)
+        (n, k), m = qw.storage_shape, x.shape[0]
+        params = dict(a_in_registers=a_in_registers)
+        if small is not None:
+            params = {**launch_params(m, n, k, interpret), **params,
+                      **(small if isinstance(small, dict) else {})}
+        y = fp8_block_a16_matmul_mgpu(pad_k(x, k), qw.data, qw.scale, scale_kind=kind,
+                                      interpret=interpret, **params)
         return qw.trim_rows(y)
-    return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}", fmt, "default", fn)
+    tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
+        f"{key}{v}" for key, v in small.items()))
+    return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, "default", fn)
 
 
 def _triton_block_op() -> bench.Op:
@@ -297,7 +304,7 @@ def main(argv=None) -> int:
     if "mgpu_a16" in parts:  # the Mosaic GPU W8A16 kernel vs the Triton / dense paths and bf16
         # (session 5, untimed; prediction in NOTES.md: block 0.7-0.9x bf16 vs the Triton
         # 0.36-0.48x; per-channel about the dense path's 0.73-0.91x or better)
-        ms, shapes = (256, 1024, 4096), [("llama3-70b", 8192, 8192),
+        ms, shapes = (16, 256, 1024, 4096), [("llama3-70b", 8192, 8192),
                                          ("deepseek-v3", 7168, 24576), ("llama3-8b", 4096, 6144)]
         if args.tiny:
             shapes, ms = [("tiny", 512, 256)], (200,)
@@ -306,6 +313,40 @@ def main(argv=None) -> int:
             for fmt in ("fp8_block_a16", "fp8_per_channel_a16"):  # vs the Triton / dense path
                 ops += [bench.kernel_op("pallas_fp8_w8a16", fmt), _mgpu_a16_op(fmt, False)]
                 ops += [] if args.tiny else [_mgpu_a16_op(fmt, True)]
+            run_saved((model, k, n), ms, ops)
+    if "mgpu_dec" in parts:  # the Mosaic GPU W8A16 kernel at decode sizes (session 6)
+        # prediction (NOTES.md): TMA-pipelined weight tiles at >= 70% of copy bandwidth, so
+        # >= 1.6x bf16 at M <= 16 where the Triton kernels reach 1.1-1.7x
+        regs = not args.tiny  # (the interpreter runs only shared-memory A operands)
+        ms = (1, 16, 64)
+        shapes = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 4096),
+                  ("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096),
+                  ("deepseek-v3", 7168, 24576), ("deepseek-v3", 18432, 7168)]
+        if args.tiny:
+            shapes, ms = [("tiny", 512, 256)], (3,)
+        for model, k, n in shapes:
+            ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", "fp8_block_a16"),
+                   _mgpu_a16_op("fp8_block_a16", regs, "auto")]
+            if not args.tiny:
+                ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s)) for s in (1, 2, 4, 8)]
+                ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(stages=4)),
+                        bench.kernel_op("pallas_fp8_w8a16", "fp8_per_channel_a16"),
+                        _mgpu_a16_op("fp8_per_channel_a16", regs, "auto")]
+            run_saved((model, k, n), ms, ops)
+    if "mgpu_split" in parts:  # K ranges where the session-6 grid found the rule weak
+        # (4096x6144 / 8192x10240 got 8 ranges and 0.84-1.15x; M=256 at one CTA per tile
+        # leaves SMs idle on 14336x4096: 0.46x)
+        regs = not args.tiny
+        shapes = [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 10240),
+                  ("llama3-8b", 4096, 4096), ("llama3-8b", 14336, 4096)]
+        ms = (1, 16, 256)
+        if args.tiny:
+            shapes, ms = [("tiny", 512, 256)], (3,)
+        for model, k, n in shapes:
+            ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", "fp8_block_a16"),
+                   bench.kernel_op("pallas_fp8_w8a16", "fp8_per_channel_a16")]
+            ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s))
+                    for s in ((1, 2) if args.tiny else (1, 2, 4, 8))]
             run_saved((model, k, n), ms, ops)
     if "block_a16" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
