@@ -53,13 +53,24 @@ SPLIT_MAX_M = 256
 
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
-            a_in_registers: bool, block_m: int, k_splits: int):
+            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int):
     n, k = w_gmem.shape
     m = x_gmem.shape[0]
     steps = k // BLOCK // k_splits  # K-blocks per split
+    per_part = steps // k_parts
     x_tiles = swizzled(x_gmem.dtype)
 
-    def body(_, w_smem, x_smem, ws_smem, total, a_smem):
+    def body(idx, w_smem, x_smem, ws_smem, carry, a_smem):
+        if k_parts == 1:
+            return one_block(w_smem, x_smem, ws_smem, carry, a_smem)
+        run, grand = carry  # this part's running total; the finished parts' sum
+        run = one_block(w_smem, x_smem, ws_smem, run, a_smem)
+        i = idx[0] + 1
+        ends = i - (i // per_part) * per_part == 0  # (lax.rem: see _scope)
+        zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
+        return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
+
+    def one_block(w_smem, x_smem, ws_smem, total, a_smem):
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
@@ -104,7 +115,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         n_slice = pl.ds(n_idx * BLOCK, BLOCK)
         m_slice = pl.ds(m_idx * block_m, block_m)
         context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem.at[split],
-                                    row_slice=n_slice, col_slice=m_slice)
+                                    row_slice=n_slice, col_slice=m_slice, parts=k_parts > 1)
         pipeline(functools.partial(body, a_smem=a_smem), context, split * steps)(
             w_gmem.at[n_slice], x_gmem.at[m_slice], ws_gmem.at[:, n_slice],
             allocations=allocs)
@@ -152,7 +163,7 @@ def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
 def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               scale_kind: str = "block", out_dtype=None,
                               stages: int | None = None, group_m: int = 8,
-                              block_m: int = BLOCK, k_splits: int = 1,
+                              block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
                               a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
@@ -167,6 +178,11 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     block_m: x rows per CTA tile, one of X_TILES (wgmma's N): small for decode (M padded to it).
     k_splits: K cut into this many equal ranges of whole K-blocks, each its own CTA, their
     float32 results summed in range order afterwards (decode: more CTAs than weight tiles).
+    k_parts: each K range summed as this many contiguous parts inside the CTA, each part from
+    zero, the parts added in order -- bitwise what k_parts ranges (k_splits=k_parts) give,
+    without partials in memory. For a deterministic schedule whose K order is fixed by (K, N)
+    at every M: P ranges at small M, P in-CTA parts at large M. PREPARED (session 6), not used by the dispatcher yet:
+    the GPU must first show rows bitwise across M (tests/kernels/test_fp8_block_a16_mgpu.py).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -192,6 +208,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if not (isinstance(k_splits, int) and k_splits >= 1 and (k // BLOCK) % k_splits == 0):
         raise ValueError(f"k_splits must be a positive int dividing K/{BLOCK}={k // BLOCK}, "
                          f"got {k_splits!r}")
+    if not (isinstance(k_parts, int) and k_parts >= 1 and (k // BLOCK // k_splits) % k_parts == 0):
+        raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
+                         f"({k // BLOCK // k_splits}), got {k_parts!r}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     # split results are summed in float32 and rounded once; TMA stores rows of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32
@@ -205,7 +224,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                jnp.broadcast_to(ws.T, (k // BLOCK, n)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
-                          a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits),
+                          a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
+                          k_parts=k_parts),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // BLOCK * (mp // block_m) * k_splits, interpret)
     parts = call(w, x, ws_rows)

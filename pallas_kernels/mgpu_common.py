@@ -44,12 +44,14 @@ def two_warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int):
         num_compute_wgs=2, max_concurrent_steps=stages, compute_context=context)
 
 
-def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice) -> None:
+def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False) -> None:
     """A pipeline's compute context: run it from a zero float32 total, then store this
-    warpgroup's 64 rows of the tile through shared memory (out_smem: (2, 64, tile columns))."""
+    warpgroup's 64 rows of the tile through shared memory (out_smem: (2, 64, tile columns)).
+    parts: the carry is (running part, sum of finished parts), both from zero; the latter is
+    stored."""
     wg = lax.axis_index("wg")
     zero = plgpu.layout_cast(jnp.zeros(out_smem.shape[1:], jnp.float32), plgpu.Layout.WGMMA)
-    total = run(zero)
+    total = run((zero, zero))[1] if parts else run(zero)
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
     out_smem[wg] = total.astype(out_smem.dtype)
     plgpu.commit_smem()

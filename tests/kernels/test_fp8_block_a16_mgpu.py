@@ -64,6 +64,19 @@ def test_interpreter_small_tiles_and_k_ranges_match_float64(rng, m, block_m, k_s
     _check(y, x, w, ws, out_dtype)
 
 
+def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
+    """In-CTA K parts (each from zero, added in order) give exactly the bits of as many K-range
+    CTAs summed afterwards. (2 ranges x 2 parts is (p0 + p1) + (p2 + p3), not 4 ranges.)"""
+    x, w, ws = _operands(rng, 20, 256, 1024)
+    run = lambda **kw: np.asarray(fp8_block_a16_matmul_mgpu(
+        x, w, ws, out_dtype=jnp.float32, interpret=True, a_in_registers=False, block_m=32, **kw))
+    for parts in (2, 4):
+        ranges = run(k_splits=parts)
+        np.testing.assert_array_equal(run(k_parts=parts), ranges)
+        _check(jnp.asarray(ranges), x, w, ws, jnp.float32)
+    _check(jnp.asarray(run(k_splits=2, k_parts=2)), x, w, ws, jnp.float32)
+
+
 def test_decode_params_fill_whole_waves():
     # the fastest K-range counts measured on the H200 at M=1/16/64 (session 6, sweep_fp8
     # --parts mgpu_dec,mgpu_split)
@@ -85,6 +98,9 @@ def test_stages_must_fit_shared_memory(rng):
         fp8_block_a16_matmul_mgpu(x, w, ws, block_m=24)
     with pytest.raises(ValueError, match="k_splits must be a positive int dividing K/128=2"):
         fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=3)
+    with pytest.raises(ValueError, match=r"k_parts must be a positive int dividing the K-blocks "
+                                         r"of a K range \(1\)"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=2, k_parts=2)
 
 
 @pytest.mark.parametrize("scale_kind", ["channel", "tensor"])
@@ -95,10 +111,11 @@ def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
     _check(y, x, w, ws, jnp.float32)
 
 
-@pytest.mark.parametrize("a_in_registers", [True, False])
-def test_lowers_for_cuda_on_cpu(rng, a_in_registers):
+@pytest.mark.parametrize("a_in_registers,k_parts", [(True, 1), (False, 1), (True, 4)])
+def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts):
     args = _operands(rng, 256, 384, 1024)
-    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, a_in_registers=a_in_registers))
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, a_in_registers=a_in_registers,
+                                                     k_parts=k_parts))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -134,3 +151,51 @@ def test_gpu_matches_float64(rng, m, a_in_registers):
                                                      a_in_registers=a_in_registers, **small))(
         x, w, ws)
     _check(y, x, w, ws, jnp.float32)
+
+
+def _fixed_order_rows(rng, ms, n, k, parts, interpret):
+    """Row 0 of x inside batches of each M, computed with a K order fixed by (K, N): `parts`
+    K ranges as CTAs up to 256 rows (x tiles of 16-128 rows), `parts` in-CTA parts above.
+    (No 8-row tiles: in the CPU interpreter a row's bits differ between 8-row tiles and wider
+    ones, as XLA:CPU's dot takes another route for N=8.)"""
+    x_all, w, ws = _operands(rng, max(ms), n, k)
+    rows = []
+    for m in ms:
+        x = x_all[:m]
+        small = m <= 256
+        block_m = max(16, decode_params(m, n, k, 132)["block_m"]) if small else 128
+        y = fp8_block_a16_matmul_mgpu(
+            x, w, ws, out_dtype=jnp.float32, block_m=block_m, k_splits=parts if small else 1,
+            k_parts=1 if small else parts, a_in_registers=not interpret, interpret=interpret)
+        rows.append(np.asarray(y[0]))
+    return rows, x_all, w, ws
+
+
+def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
+    """The deterministic schedule the kernel is prepared for (k_parts docstring): row 0 bitwise
+    at M=1, 7, 40 (x tiles of 16, 16, 64 rows, 2 K ranges) and 300 (128-row tiles, 2 in-CTA
+    parts)."""
+    rows, x, w, ws = _fixed_order_rows(rng, (1, 7, 40, 300), 256, 512, 2, True)
+    for r in rows[1:]:
+        np.testing.assert_array_equal(r, rows[0])
+
+
+@pytest.mark.gpu
+def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
+    """The gate for a deterministic W8A16 mode on this kernel (NOTES.md, session 6): row 0
+    bitwise at M=1, 7, 64, 255 (x tiles of 16..128 rows, 8 K ranges) and 300 (8 in-CTA parts)."""
+    rows, x, w, ws = _fixed_order_rows(rng, (1, 7, 64, 255, 300), 2560, 7168, 8, False)
+    for r in rows[1:]:
+        np.testing.assert_array_equal(r, rows[0])
+
+
+@pytest.mark.gpu
+def test_gpu_x_tile_width_does_not_change_a_row(rng):
+    """Whether 8-row x tiles (wgmma N=8) may join the deterministic schedule: row 0 bitwise
+    with x tiles of 8, 16, 64 and 128 rows at one K order."""
+    x, w, ws = _operands(rng, 1, 2560, 7168)
+    rows = [np.asarray(fp8_block_a16_matmul_mgpu(x, w, ws, out_dtype=jnp.float32, block_m=b,
+                                                 k_splits=8))[0] for b in (8, 16, 64, 128)]
+    for r in rows[1:]:
+        np.testing.assert_array_equal(r, rows[0])
+
