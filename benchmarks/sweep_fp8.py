@@ -302,8 +302,8 @@ def main(argv=None) -> int:
                 ops += [_mgpu_block_op(2, 8), _mgpu_block_op(2, 8, programs=sms)]
             run_saved((model, k, n), ms, ops)
     if "mgpu_a16" in parts:  # the Mosaic GPU W8A16 kernel vs the Triton / dense paths and bf16
-        # (session 5, untimed; prediction in NOTES.md: block 0.7-0.9x bf16 vs the Triton
-        # 0.36-0.48x; per-channel about the dense path's 0.73-0.91x or better)
+        # (session 6 call 1: 0.71-0.86x bf16 with registers as wgmma's A operand, as session 5
+        # predicted; Triton block 0.37-0.52x)
         ms, shapes = (16, 256, 1024, 4096), [("llama3-70b", 8192, 8192),
                                          ("deepseek-v3", 7168, 24576), ("llama3-8b", 4096, 6144)]
         if args.tiny:
@@ -328,7 +328,8 @@ def main(argv=None) -> int:
             ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", "fp8_block_a16"),
                    _mgpu_a16_op("fp8_block_a16", regs, "auto")]
             if not args.tiny:
-                ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s)) for s in (1, 2, 4, 8)]
+                ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s))
+                        for s in (1, 2, 4, 8)]
                 ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(stages=4)),
                         bench.kernel_op("pallas_fp8_w8a16", "fp8_per_channel_a16"),
                         _mgpu_a16_op("fp8_per_channel_a16", regs, "auto")]

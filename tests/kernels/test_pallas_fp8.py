@@ -290,7 +290,7 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind):
     assert_close(y, ref.astype(np.float32), bound, CPU_ACC_RTOL)
 
 
-def test_paths_are_chosen_only_for_default_mode_large_m():
+def test_paths_are_chosen_only_in_default_mode():
     from pallas_kernels.fp8_paths import MGPU_MIN_M, fp8_path, mosaic_wgmma_ok
     a16 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="none", w_scale_kind="channel",
                                                 deterministic=False, config=None), **kw})
