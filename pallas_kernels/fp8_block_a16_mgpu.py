@@ -40,9 +40,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from .common import cdiv
 from .fp8_heuristics import num_sms
 from .mgpu_common import (BLOCK, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows, swizzled,
-                          tile_index, two_warpgroup_pipeline)
+                          tile_index, two_warpgroup_pipeline, weight_scale_rows)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "launch_params", "X_TILES"]
 
@@ -131,9 +132,9 @@ def decode_params(m: int, n: int, k: int, sms: int) -> dict:
     1/2/4/8 ranges: 1.01x the fastest choice on geomean, 1.26x at worst (4096x6144, M=256);
     filling every SM at any cost was 1.06x / 1.39x.)"""
     block_m = next(b for b in X_TILES if b >= min(m, BLOCK))
-    ctas, k_blocks = n // BLOCK * -(-m // block_m), k // BLOCK
+    ctas, k_blocks = n // BLOCK * cdiv(m, block_m), k // BLOCK
     options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
-    fill = {s: ctas * s / (-(-ctas * s // sms) * sms) for s in options}
+    fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}
     best = max(fill.values())
     return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2))
 
@@ -216,12 +217,10 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     narrow = block_m * out_dtype.itemsize < 32
     kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers)
-    mp = -(-m // block_m) * block_m
+    mp = cdiv(m, block_m) * block_m
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
-    ws = w_scale.astype(F32)  # one row of per-weight-row scales per K-block: (K/128, N)
-    ws_rows = (jnp.repeat(ws.T, BLOCK, axis=1) if scale_kind == "block" else
-               jnp.broadcast_to(ws.T, (k // BLOCK, n)))
+    ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,

@@ -33,9 +33,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from .common import cdiv
 from .fp8_heuristics import num_sms
 from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
-                          two_warpgroup_pipeline)
+                          two_warpgroup_pipeline, weight_scale_rows)
 
 __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
@@ -157,13 +158,13 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
         raise ValueError(f"x_scale must be {(m, k // BLOCK)} and w_scale "
                          f"{(n // BLOCK, k // BLOCK)}, got {tuple(x_scale.shape)} and "
                          f"{tuple(w_scale.shape)}")
-    mp = -(-m // BLOCK) * BLOCK
+    mp = cdiv(m, BLOCK) * BLOCK
     if mp != m:  # padding rows: zero codes, unit scales; sliced off below
         xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
         x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
     tiles = mp // BLOCK * (n // BLOCK)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
-    ws_cols = jnp.repeat(w_scale.astype(F32).T, BLOCK, axis=1)  # (K/128, N)
+    ws_cols = weight_scale_rows(w_scale, "block", n, k)  # (K/128, N)
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
                           persistent=programs is not None),

@@ -40,9 +40,9 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
-from .fp8_block_mgpu import launch_params as mgpu_launch_params
+from .fp8_block_mgpu import launch_params as _w8a8_launch
 from .fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
-from .fp8_block_a16_mgpu import launch_params as mgpu_a16_launch_params
+from .fp8_block_a16_mgpu import launch_params as _w8a16_launch
 from .fp8_dense import fp8_dense_matmul
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
@@ -302,6 +302,12 @@ def validate_config(cfg: MatmulConfig, *, k: int, per_block: bool, m: int,
     return steps // cfg.split_k
 
 
+def mgpu_launch_params(weight_only: bool, m: int, n: int, k: int, interpret: bool) -> dict:
+    """The launch settings of the 'mgpu' path's kernel for this problem (fp8_block_a16_mgpu for
+    weight-only, else fp8_block_mgpu): what fp8_matmul runs and describe_config reports."""
+    return _w8a16_launch(m, n, k, interpret) if weight_only else _w8a8_launch(k)
+
+
 def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array, *,
                x_scale_kind: str, w_scale_kind: str, config: MatmulConfig,
                out_dtype=None, interpret: bool = False, name: str = "fp8_matmul",
@@ -355,13 +361,14 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
         if x_scale_kind == "none":
             return fp8_block_a16_matmul_mgpu(x, w, w_scale, scale_kind=w_scale_kind,
                                              out_dtype=out_dtype, interpret=interpret,
-                                             **mgpu_a16_launch_params(m, n, k, interpret))
+                                             **mgpu_launch_params(True, m, n, k, interpret))
         if (x_scale_kind, w_scale_kind) != ("group", "block"):
             raise ValueError("the mgpu path runs block-scaled W8A8 or weight-only: it needs "
                              f"x_scale_kind 'group' with w_scale_kind 'block', or 'none'; got "
                              f"{x_scale_kind!r} and {w_scale_kind!r}")
         return fp8_block_matmul_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
-                                     interpret=interpret, **mgpu_launch_params(k))
+                                     interpret=interpret,
+                                     **mgpu_launch_params(False, m, n, k, interpret))
     if path != "pallas":
         raise ValueError(f"path must be 'pallas', 'dense' or 'mgpu', got {path!r}")
     sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .mgpu_common import BLOCK
+
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "MGPU_MIN_M", "MGPU_A16_MIN_M", "PATHS"]
 
 PATHS = ("pallas", "dense", "mgpu")
@@ -44,7 +46,7 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     """'dense' at M >= DENSE_MIN_M when every scale is constant along K; where wgmma exists,
     'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
-    128 (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M; else 'pallas'."""
+    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M; else 'pallas'."""
     if path is not None:
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
@@ -59,7 +61,7 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"
     if (x_scale_kind == "none" and m >= MGPU_A16_MIN_M[w_scale_kind] and n and k
-            and n % 128 == 0 and k % 128 == 0
+            and n % BLOCK == 0 and k % BLOCK == 0
             and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2):
         return "mgpu"
     return "pallas"

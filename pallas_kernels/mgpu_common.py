@@ -1,6 +1,7 @@
-"""Pieces the Mosaic GPU block-scaled kernels share: 128 x 128 CTA tiles computed by two
-compute warpgroups of 64 rows each, fed by a TMA warpgroup (plgpu's warp-specialized pipeline),
-launched in groups of tile rows, each warpgroup's rows stored through shared memory by TMA."""
+"""Pieces the Mosaic GPU fp8 kernels share: CTA tiles of 128 rows (128 x 128 in fp8_block_mgpu,
+128 x 8..128 in fp8_block_a16_mgpu) computed by two compute warpgroups of 64 rows each, fed by a
+TMA warpgroup (plgpu's warp-specialized pipeline), launched in groups of tile rows, each
+warpgroup's rows stored through shared memory by TMA."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "two_warpgroup_pipeline",
-           "store_rows", "interpret_params", "mgpu_kernel"]
+           "store_rows", "weight_scale_rows", "interpret_params", "mgpu_kernel"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup (two per CTA)
@@ -57,6 +58,16 @@ def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = F
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(
         out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), col_slice])
+
+
+def weight_scale_rows(w_scale: jax.Array, kind: str, n: int, k: int) -> jax.Array:
+    """A weight's scales as one float32 row per 128-wide K-block with one value per weight row,
+    (K/128, N), so TMA moves a K-block's row beside its tiles. kind: "block" (N/128, K/128),
+    "channel" (N, 1) or "tensor" (1, 1)."""
+    ws = w_scale.astype(jnp.float32).T
+    if kind == "block":
+        return jnp.repeat(ws, BLOCK, axis=1)
+    return jnp.broadcast_to(ws, (k // BLOCK, n))
 
 
 def interpret_params(interpret) -> plgpu.InterpretGPUParams | bool:

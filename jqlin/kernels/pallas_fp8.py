@@ -27,8 +27,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.fp8_block_mgpu import launch_params as mgpu_launch_params
-from pallas_kernels.fp8_block_a16_mgpu import launch_params as mgpu_a16_launch_params
+from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_paths import DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
@@ -125,11 +124,10 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     if path == "dense":
         return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
     if path == "mgpu":
-        if kernel == W8A16.name:
-            params, what = mgpu_a16_launch_params(m, n, k, interpret), "W8A16 swap-AB"
-        else:
-            params, what = mgpu_launch_params(k), "block W8A8"
-        launch = ", ".join(f"{key}={v}" for key, v in params.items())
+        weight_only = kernel == W8A16.name
+        what = "W8A16 swap-AB" if weight_only else "block W8A8"
+        launch = ", ".join(f"{key}={v}" for key, v in
+                           mgpu_launch_params(weight_only, m, n, k, interpret).items())
         return {"path": f"mgpu (Mosaic GPU wgmma {what} kernel, 128-row weight tiles, {launch})"}
     if kernel == W8A16.name:
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
