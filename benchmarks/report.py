@@ -151,6 +151,7 @@ CURRENT = (
     ("h200_fp8_grid_s3_m1.json", (1,)), ("h200_fp8_grid_s4_kparts.json", None),
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
     ("h200_fp8_grid_s5_paths.json", None), ("h200_fp8_grid_s6_w8a16.json", None),
+    ("h200_fp8_grid_s7_det.json", None), ("h200_fp8_grid_s7_large.json", None),
 )
 
 
@@ -244,6 +245,11 @@ def main() -> int:
          "was registered (session 6; 11 shapes): default mode runs it at every M for block "
          "scales and from M=2 for per-channel (the dense path from 1024); `[det]` rows are the "
          "Triton kernels"),
+        ("h200_fp8_grid_s7_det.json", "FP8 W8A16 at M=1-4096 with deterministic mode on the "
+         "Mosaic GPU kernel (session 7; 11 shapes, M=4096 on 3): `[det]` rows run K in "
+         "det_k_parts(K) parts as K ranges or in-CTA parts (fp8_block_a16_mgpu.det_params)"),
+        ("h200_fp8_grid_s7_large.json", "FP8 block W8A8 and W8A16 at M=1024 and 4096 on the 4 "
+         "shapes session 5 missed (session 7); `[det]` rows: Triton for W8A8, Mosaic for W8A16"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
@@ -280,8 +286,9 @@ def main() -> int:
             "```", ""]
     lines += ["## Targets (issues 3 and 4)", "",
               "None of the speed targets is met on every shape (block W8A8 at M >= 4096 meets "
-              "750 TFLOP/s and 1.15x bf16 on the large-N shapes only, session 5); NOTES.md's "
-              "status table gives for each the measured figure, the bound and the limiter."]
+              "750 TFLOP/s and 1.15x bf16 on the large-N shapes only, sessions 5 and 7); "
+              "NOTES.md's status table gives for each the measured figure, the bound and the "
+              "limiter."]
     (HERE / "REPORT.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'REPORT.md'}")
     return 0

@@ -25,9 +25,9 @@ bf16 or f16 (padded to whole x tiles of block_m rows); the scale handed over as 
 (K/128, N) float32, so TMA can move it beside the tiles. Per-channel and per-tensor scales
 take the same route (each K-block's part times the row's one scale).
 
-Its bits differ from the Triton kernel's (benchmarks/probe_det_mgpu.py on the H200: 33-46% of
-outputs equal at the same K order), so deterministic mode, which must give the same bits at
-every M, keeps the Triton kernels.
+Deterministic mode runs this kernel at every M too (det_params: the K order a function of K
+alone), never the Triton kernels for some M and this one for others: their bits differ even
+in the same K order (benchmarks/probe_det_mgpu.py on the H200: 33-46% of outputs equal).
 """
 
 from __future__ import annotations
@@ -40,17 +40,22 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import cdiv
-from .fp8_heuristics import num_sms
+from .common import KShardError, cdiv, current_k_shards
+from .fp8_heuristics import det_k_parts, num_sms
 from .mgpu_common import (BLOCK, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows, swizzled,
                           tile_index, two_warpgroup_pipeline, weight_scale_rows)
 
-__all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "launch_params", "X_TILES"]
+__all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "det_params", "launch_params",
+           "X_TILES", "DET_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
 X_TILES = (8, 16, 32, 64, 128)  # x rows per CTA tile: wgmma's N (multiples of 8)
 # K ranges only up to here: their float32 partials (ranges x M x N) stay small against the weight
 SPLIT_MAX_M = 256
+# Deterministic mode's narrowest x tile: in the CPU interpreter a row's bits differ between
+# 8-row tiles and wider ones (XLA:CPU's dot takes another route for N=8), so the schedule that
+# CI checks bitwise starts at 16 rows on every backend.
+DET_MIN_X_TILE = 16
 
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
@@ -139,11 +144,44 @@ def decode_params(m: int, n: int, k: int, sms: int) -> dict:
     return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2))
 
 
-def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams) -> dict:
+def det_params(m: int, n: int, k: int, sms: int) -> dict:
+    """Deterministic mode's settings: K always summed as P = det_k_parts(K) contiguous parts,
+    each from zero, added in K order. Only the launch follows M, never the order: the P parts
+    run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where that is
+    cheaper by bytes: in-CTA parts stream the weight (K bytes per weight row) on the fraction
+    f = min(1, tiles / SMs) of the SMs their tiles occupy; ranges stream it on all of them
+    plus the partials' round trip (8 * P * rows bytes per weight row) -- ranges iff
+    8 * P * rows < K * (1/f - 1), up to SPLIT_MAX_M rows. Both give the same sums
+    (test_interpreter_fixed_k_order_..., on the GPU test_gpu_fixed_k_order_...). Inside
+    `common.k_shards` (k: one device's slice) every device runs its P / count parts as ranges;
+    their partials are gathered and added in order."""
+    shards = current_k_shards()
+    count = 1 if shards is None else shards.count
+    parts = det_k_parts(k * count, BLOCK)
+    if parts % count:
+        raise KShardError(
+            f"the deterministic K schedule of this layer (K={k * count}: {parts} part(s) of "
+            f"{k * count // parts}) cannot be cut at the boundaries of {count} K-slices (needs "
+            f"a part count that is a multiple of {count})")
+    block_m = max(DET_MIN_X_TILE, next(b for b in X_TILES if b >= min(m, BLOCK)))
+    rows = cdiv(m, block_m) * block_m
+    fill = min(1.0, n // BLOCK * (rows // block_m) / sms)
+    ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
+    if shards is not None or ranges:
+        return dict(block_m=block_m, k_splits=parts // count, k_parts=1)
+    return dict(block_m=block_m, k_splits=1, k_parts=parts)
+
+
+def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
+                  deterministic: bool = False) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
-    the shared-memory variant; the interpreter runs only the latter), and up to SPLIT_MAX_M
-    rows decode_params' x tiles (small below 128 rows) and K ranges."""
-    small = decode_params(m, n, k, num_sms()) if m <= SPLIT_MAX_M else {}
+    the shared-memory variant; the interpreter runs only the latter); deterministic mode:
+    det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
+    K ranges."""
+    if deterministic:
+        small = det_params(m, n, k, num_sms())
+    else:
+        small = decode_params(m, n, k, num_sms()) if m <= SPLIT_MAX_M else {}
     return dict(a_in_registers=not interpret, **small)
 
 
@@ -182,8 +220,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     k_parts: each K range summed as this many contiguous parts inside the CTA, each part from
     zero, the parts added in order -- bitwise what k_parts ranges (k_splits=k_parts) give,
     without partials in memory. For a deterministic schedule whose K order is fixed by (K, N)
-    at every M: P ranges at small M, P in-CTA parts at large M. PREPARED (session 6), not used by the dispatcher yet:
-    the GPU must first show rows bitwise across M (tests/kernels/test_fp8_block_a16_mgpu.py).
+    at every M: P ranges at small M, P in-CTA parts at large M (det_params).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -213,9 +250,11 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    # split results are summed in float32 and rounded once; TMA stores rows of >= 32 bytes
+    # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
+    # of >= 32 bytes
+    shards = current_k_shards()
     narrow = block_m * out_dtype.itemsize < 32
-    kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow else out_dtype
+    kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow or shards else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers)
     mp = cdiv(m, block_m) * block_m
     if mp != m:  # zero rows, sliced off below
@@ -228,6 +267,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // BLOCK * (mp // block_m) * k_splits, interpret)
     parts = call(w, x, ws_rows)
+    if shards is not None:  # device order along the axis is K order: ranges stay in order
+        parts = lax.all_gather(parts, shards.axis, axis=0, tiled=True)
     yt = parts[0]
     for part in parts[1:]:  # in K order, whatever the compiler would pick for a reduce
         yt = yt + part

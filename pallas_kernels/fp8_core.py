@@ -302,16 +302,22 @@ def validate_config(cfg: MatmulConfig, *, k: int, per_block: bool, m: int,
     return steps // cfg.split_k
 
 
-def mgpu_launch_params(weight_only: bool, m: int, n: int, k: int, interpret: bool) -> dict:
+def mgpu_launch_params(weight_only: bool, m: int, n: int, k: int, interpret: bool,
+                       deterministic: bool = False) -> dict:
     """The launch settings of the 'mgpu' path's kernel for this problem (fp8_block_a16_mgpu for
     weight-only, else fp8_block_mgpu): what fp8_matmul runs and describe_config reports."""
-    return _w8a16_launch(m, n, k, interpret) if weight_only else _w8a8_launch(k)
+    if not weight_only:
+        if deterministic:
+            raise ValueError("the mgpu path has no deterministic schedule for W8A8 (fp8_paths)")
+        return _w8a8_launch(k)
+    return _w8a16_launch(m, n, k, interpret, deterministic)
 
 
 def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array, *,
-               x_scale_kind: str, w_scale_kind: str, config: MatmulConfig,
+               x_scale_kind: str, w_scale_kind: str, config: MatmulConfig | None,
                out_dtype=None, interpret: bool = False, name: str = "fp8_matmul",
-               poison_output: bool = False, path: str = "pallas") -> jax.Array:
+               poison_output: bool = False, path: str = "pallas",
+               deterministic: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) @ w (N, K)^T with the operands' scales; see the module docstring.
 
     x: float (bf16/f16/f32; weight-only) or e4m3 codes. x_scale: None ("none"), (1,1) "tensor",
@@ -322,7 +328,10 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     path: "pallas" (this kernel), "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
     scales only) or "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
     fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128); the last two
-    are not batch-invariant (fp8_paths).
+    are not batch-invariant (fp8_paths) except weight-only 'mgpu' with deterministic=True.
+    config: the 'pallas' path's tiles (None for the other paths).
+    deterministic: the 'mgpu' weight-only kernel's M-free schedule (the 'pallas' path's order
+    is its config's).
     """
     if x_scale_kind not in X_SCALE_KINDS:
         raise ValueError(f"x_scale_kind must be one of {X_SCALE_KINDS}, got {x_scale_kind!r}")
@@ -361,7 +370,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
         if x_scale_kind == "none":
             return fp8_block_a16_matmul_mgpu(x, w, w_scale, scale_kind=w_scale_kind,
                                              out_dtype=out_dtype, interpret=interpret,
-                                             **mgpu_launch_params(True, m, n, k, interpret))
+                                             **mgpu_launch_params(True, m, n, k, interpret,
+                                                                  deterministic))
         if (x_scale_kind, w_scale_kind) != ("group", "block"):
             raise ValueError("the mgpu path runs block-scaled W8A8 or weight-only: it needs "
                              f"x_scale_kind 'group' with w_scale_kind 'block', or 'none'; got "
@@ -371,6 +381,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
                                      **mgpu_launch_params(False, m, n, k, interpret))
     if path != "pallas":
         raise ValueError(f"path must be 'pallas', 'dense' or 'mgpu', got {path!r}")
+    if not isinstance(config, MatmulConfig):
+        raise ValueError(f"the 'pallas' path needs a MatmulConfig, got config={config!r}")
     sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)
     dot_dtype = E4M3 if fp8_x else x.dtype
     p = _Static(m, n, k, config, x_scale_kind, w_scale_kind, dot_dtype, sps, out_dtype,

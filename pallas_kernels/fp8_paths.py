@@ -3,9 +3,11 @@ of the stored codes ('dense', fp8_dense), or a Mosaic GPU wgmma kernel ('mgpu': 
 for block-scaled W8A8, fp8_block_a16_mgpu for W8A16). One rule for both fp8 kernels, and for
 describe_config.
 
-Default mode only: cuBLAS picks the dense path's summation order by shape, and the Mosaic
-kernels' bits differ from the Triton kernels' even in the same K order (probe_det_mgpu.py,
-session 6), so deterministic mode keeps the Triton kernels' M-free schedules at every M. An
+Deterministic mode never takes the dense path (cuBLAS picks its summation order by shape),
+and whichever kernel it runs, it runs at every M: the Mosaic kernels' bits differ from the
+Triton kernels' even in the same K order (probe_det_mgpu.py, session 6). So W8A16 with 16-bit
+x and N, K multiples of 128 runs the Mosaic kernel's M-free schedule (fp8_block_a16_mgpu.
+det_params) at every M on sm_90, and everything else the Triton kernels' M-free configs. An
 explicit tile config or path wins.
 """
 
@@ -46,13 +48,18 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     """'dense' at M >= DENSE_MIN_M when every scale is constant along K; where wgmma exists,
     'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
-    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M; else 'pallas'."""
+    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M; else 'pallas'.
+    deterministic: 'mgpu' for that weight-only case at every M, else 'pallas'."""
     if path is not None:
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
         return path
-    if deterministic or config is not None:
+    if config is not None:
         return "pallas"
+    a16_mgpu = (x_scale_kind == "none" and n and k and n % BLOCK == 0 and k % BLOCK == 0
+                and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2)
+    if deterministic:
+        return "mgpu" if a16_mgpu and mosaic_wgmma_ok(interpret) else "pallas"
     if (m >= DENSE_MIN_M and x_scale_kind in ("none", "tensor", "row")
             and w_scale_kind in ("tensor", "channel")):
         return "dense"
@@ -60,8 +67,6 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "pallas"
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"
-    if (x_scale_kind == "none" and m >= MGPU_A16_MIN_M[w_scale_kind] and n and k
-            and n % BLOCK == 0 and k % BLOCK == 0
-            and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2):
+    if a16_mgpu and m >= MGPU_A16_MIN_M[w_scale_kind]:
         return "mgpu"
     return "pallas"

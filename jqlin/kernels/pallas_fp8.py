@@ -127,7 +127,8 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
         launch = ", ".join(f"{key}={v}" for key, v in
-                           mgpu_launch_params(weight_only, m, n, k, interpret).items())
+                           mgpu_launch_params(weight_only, m, n, k, interpret,
+                                              deterministic).items())
         return {"path": f"mgpu (Mosaic GPU wgmma {what} kernel, 128-row weight tiles, {launch})"}
     if kernel == W8A16.name:
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
@@ -142,9 +143,11 @@ W8A16 = register_kernel(Kernel(
     name="pallas_fp8_w8a16",
     impl=w8a16_impl,
     honours=((_W_TC, WEIGHT_ONLY), (_W_BLOCK, WEIGHT_ONLY)),
-    description="Pallas/Triton FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
-                "accumulation; split-K / narrow N tiles for memory-bound decode; default mode "
-                "at M >= 1024 with tensor/channel scales: one XLA GEMM of the exact codes",
+    description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
+                "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
+                "for decode; deterministic mode too, its K order fixed by K); otherwise Triton "
+                "(split-K / narrow N tiles, gemv at M=1); default mode at M >= 1024 with "
+                "tensor/channel scales: one XLA GEMM of the exact codes",
     **HOPPER_PALLAS,
 ))
 

@@ -1,7 +1,7 @@
-"""The experimental Mosaic GPU W8A16 block kernel (pallas_kernels.fp8_block_a16_mgpu): on CPU it
-must lower for CUDA in both A-operand variants and match float64 in Mosaic GPU's interpreter
-(shared-memory A: the interpreter's wgmma takes no register operand); on the GPU (marked) both
-variants must match float64 at a real size."""
+"""The Mosaic GPU W8A16 kernel (pallas_kernels.fp8_block_a16_mgpu): on CPU it must lower for
+CUDA in both A-operand variants and match float64 in Mosaic GPU's interpreter (shared-memory A:
+the interpreter's wgmma takes no register operand), and its deterministic schedule must give a
+row the same bits at every M; on the GPU (marked) the same at real sizes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from float64_bound import assert_within_bound
-from pallas_kernels.fp8_block_a16_mgpu import (decode_params, fp8_block_a16_matmul_mgpu,
-                                                launch_params)
+from pallas_kernels import KShardError, k_shards
+from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, decode_params, det_params,
+                                                fp8_block_a16_matmul_mgpu, launch_params)
+from pallas_kernels.fp8_heuristics import det_k_parts
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
 ACC_RTOL = 1e-5
@@ -153,38 +155,52 @@ def test_gpu_matches_float64(rng, m, a_in_registers):
     _check(y, x, w, ws, jnp.float32)
 
 
-def _fixed_order_rows(rng, ms, n, k, parts, interpret):
-    """Row 0 of x inside batches of each M, computed with a K order fixed by (K, N): `parts`
-    K ranges as CTAs up to 256 rows (x tiles of 16-128 rows), `parts` in-CTA parts above.
-    (No 8-row tiles: in the CPU interpreter a row's bits differ between 8-row tiles and wider
-    ones, as XLA:CPU's dot takes another route for N=8.)"""
+def _fixed_order_rows(rng, ms, n, k, interpret):
+    """Row 0 of x inside batches of each M on det_params' schedule, in both of its launch forms
+    (P K ranges as CTAs, P in-CTA parts) whichever one det_params picks at that M."""
     x_all, w, ws = _operands(rng, max(ms), n, k)
     rows = []
     for m in ms:
-        x = x_all[:m]
-        small = m <= 256
-        block_m = max(16, decode_params(m, n, k, 132)["block_m"]) if small else 128
-        y = fp8_block_a16_matmul_mgpu(
-            x, w, ws, out_dtype=jnp.float32, block_m=block_m, k_splits=parts if small else 1,
-            k_parts=1 if small else parts, a_in_registers=not interpret, interpret=interpret)
-        rows.append(np.asarray(y[0]))
+        p = det_params(m, n, k, 132)
+        parts = p["k_splits"] * p["k_parts"]
+        assert parts > 1  # the check has teeth only with parts to add
+        for form in (dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)):
+            y = fp8_block_a16_matmul_mgpu(
+                x_all[:m], w, ws, out_dtype=jnp.float32, block_m=p["block_m"],
+                a_in_registers=not interpret, interpret=interpret, **form)
+            rows.append(np.asarray(y[0]))
     return rows
 
 
 def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
-    """The deterministic schedule the kernel is prepared for (k_parts docstring): row 0 bitwise
-    at M=1, 7, 40 (x tiles of 16, 16, 64 rows, 2 K ranges) and 300 (128-row tiles, 2 in-CTA
-    parts)."""
-    rows = _fixed_order_rows(rng, (1, 7, 40, 300), 256, 512, 2, True)
+    """The deterministic schedule (det_params): row 0 bitwise at M=1, 7, 40 (x tiles of 16, 16,
+    64 rows) and 300 (128), K=512 in 4 parts, as K ranges and as in-CTA parts."""
+    rows = _fixed_order_rows(rng, (1, 7, 40, 300), 256, 512, True)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
 
 
+def test_det_params_launch_follows_m_but_not_the_k_order():
+    for m in (1, 16, 64, 255, 256, 300, 4096):
+        for n, k in ((4096, 4096), (28672, 4096), (2560, 7168), (256, 384)):
+            p = det_params(m, n, k, 132)
+            assert p["k_splits"] * p["k_parts"] == det_k_parts(k, 128), (m, n, k, p)
+            assert 1 in (p["k_splits"], p["k_parts"]) and p["block_m"] >= DET_MIN_X_TILE
+    assert det_params(1, 4096, 4096, 132)["k_splits"] == 8  # 32 weight tiles: SMs idle
+    assert det_params(1, 28672, 4096, 132)["k_parts"] == 8  # 224 tiles fill the SMs
+    assert det_params(64, 4096, 4096, 132)["k_splits"] == 8  # 32 tiles: 1/4 of the SMs busy
+    assert det_params(256, 4096, 4096, 132)["k_parts"] == 8  # partials 2x the weight's bytes
+    with k_shards("tp", 2):  # a device's K-slice: its half of the parts, always as ranges
+        assert det_params(4096, 28672, 2048, 132) == dict(block_m=128, k_splits=4, k_parts=1)
+    with k_shards("tp", 16), pytest.raises(KShardError, match="multiple of 16"):
+        det_params(1, 4096, 256, 132)
+
+
 @pytest.mark.gpu
 def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
-    """The gate for a deterministic W8A16 mode on this kernel (NOTES.md, session 6): row 0
-    bitwise at M=1, 7, 64, 255 (x tiles of 16..128 rows, 8 K ranges) and 300 (8 in-CTA parts)."""
-    rows = _fixed_order_rows(rng, (1, 7, 64, 255, 300), 2560, 7168, 8, False)
+    """The gate for deterministic W8A16 on this kernel: row 0 bitwise at M=1, 7, 64, 255 and
+    300, each with K (7168) in 8 ranges and in 8 in-CTA parts."""
+    rows = _fixed_order_rows(rng, (1, 7, 64, 255, 300), 2560, 7168, False)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
 

@@ -313,7 +313,13 @@ def test_paths_are_chosen_only_in_default_mode():
         "mgpu" if mosaic_wgmma_ok(False) else "pallas")
     assert a16(512, w_scale_kind="block", **{**shape, "x_dtype": jnp.float32}) == "pallas"
     assert a16(512, **{**shape, "n": 200}) == "pallas"
-    assert a16(512, deterministic=True, **shape) == "pallas"
+    # deterministic mode: that weight-only case on Mosaic at every M (its M-free schedule)
+    assert {a16(m, deterministic=True, **kw, **shape) for m in (1, 2, 300, 4096)
+            for kw in ({}, {"w_scale_kind": "block"})} == {"mgpu"}
+    assert a16(512, deterministic=True, **{**shape, "n": 200}) == "pallas"
+    assert a16(512, deterministic=True, **{**shape, "x_dtype": jnp.float32}) == "pallas"
+    if jax.default_backend() == "cpu":
+        assert a16(1, deterministic=True, **{**shape, "interpret": False}) == "pallas"
     block = dict(x_scale_kind="group", w_scale_kind="block")
     assert a8(4096, interpret=True, **block) == "mgpu"  # the Mosaic GPU kernel (interpreted)
     assert a8(MGPU_MIN_M, interpret=True, **block) == "mgpu"
@@ -482,20 +488,22 @@ def test_gpu_launch_variants_poisoned(rng, case):
 def test_w8a16_takes_the_mosaic_path_at_prefill_sizes(rng, fmt):
     """Default mode, bf16 x, M >= MGPU_MIN_M (below the dense path for per-channel): the
     Mosaic GPU swap-AB kernel (its interpreter on CPU, weights through shared memory) agrees
-    with the XLA reference within the float64 bound; deterministic mode stays on Triton."""
+    with the XLA reference within the float64 bound; so does deterministic mode, on its
+    M-free schedule (K in det_k_parts parts, here in-CTA)."""
     from jqlin.kernels.pallas_fp8 import describe_config
     from pallas_kernels.fp8_paths import MGPU_MIN_M
-    qw = qweight.quantize(jnp.asarray(rng.standard_normal((256, 384)), jnp.float32), fmt)
+    qw = qweight.quantize(jnp.asarray(rng.standard_normal((256, 512)), jnp.float32), fmt)
     m = MGPU_MIN_M + 3  # a partial 128-row tile
-    x = jnp.asarray(rng.standard_normal((m, 384)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+    x = jnp.asarray(rng.standard_normal((m, 512)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
     kernel = "pallas_fp8_w8a16"
     assert describe_config(kernel, m, qw, qw.spec, x.dtype, False)["path"].startswith("mgpu")
-    assert describe_config(kernel, m, qw, qw.spec, x.dtype, True)["path"] == "pallas"
-    y = dispatch.matmul(x, qw, kernel=kernel)
-    assert y.shape == (m, 256) and y.dtype == jnp.bfloat16
+    assert "k_parts=4" in describe_config(kernel, m, qw, qw.spec, x.dtype, True)["path"]
     w = np.asarray(qw.dequantize(), np.float64)
     xd = np.asarray(x.astype(jnp.float32), np.float64)
-    assert_close(y, xd @ w.T, np.abs(xd) @ np.abs(w).T, CPU_ACC_RTOL)
+    for det in (False, True):
+        y = dispatch.matmul(x, qw, kernel=kernel, deterministic=det)
+        assert y.shape == (m, 256) and y.dtype == jnp.bfloat16
+        assert_close(y, xd @ w.T, np.abs(xd) @ np.abs(w).T, CPU_ACC_RTOL)
 
 
 def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):

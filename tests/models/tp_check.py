@@ -69,6 +69,29 @@ def check_layer_bitwise(fmt: str, n: int, shape: tuple[int, int] = (6144, 4096))
     print(f"ok {fmt} {shape} column deterministic devices={n}: bitwise at M=1, 7")
 
 
+def check_prefill_column(fmt: str, n: int, m: int = 300, shape: tuple[int, int] = (6144, 4096)
+                         ) -> None:
+    """Default mode at a prefill size (on sm_90 the Mosaic GPU kernels: fp8_block's from 256
+    rows), column-parallel inside shard_map: each device's columns bitwise the one-device
+    layer's (a column's sum never sees the others). GPU only, like check_row_bitwise."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import jqlin
+    from jqlin.nn import QuantDense
+    rng = np.random.default_rng(4)
+    qd = QuantDense.from_quantized(jqlin.quantize(
+        jnp.asarray(rng.standard_normal(shape), jnp.float32), fmt))
+    sharded = nnx.clone(qd)
+    sharded.shard(Mesh(np.array(jax.devices()[:n]), ("tp",)), "column", "tp")
+    x = jnp.asarray(rng.standard_normal((m, shape[1])), jnp.bfloat16)
+    ex = qd.explain(x)
+    chosen = f"{ex.chosen}: {(ex.detail or {}).get('path', '')}"
+    ref, got = np.asarray(qd(x).astype(jnp.float32)), np.asarray(sharded(x).astype(jnp.float32))
+    assert np.array_equal(got, ref), f"{fmt} column M={m}: max diff {np.abs(got - ref).max()}"
+    print(f"ok {fmt} {shape} column default devices={n}: bitwise at M={m} ({chosen[:120]})")
+
+
 def check_row_bitwise(fmt: str, n: int, shape: tuple[int, int] = (4096, 14336)) -> None:
     """A Llama-3-8B down_proj-sized QuantDense, row-parallel (K split) over n devices,
     deterministic: bitwise the one-device layer at M in {1, 7, 64}. Each device runs its splits
@@ -165,6 +188,41 @@ def check_collectives(fmt: str, n: int) -> None:
     print(f"ok collectives {fmt} devices={n} {dict(ops)} rel={rel:.1e}")
 
 
+def check_mosaic_row_bitwise(n: int, shape: tuple[int, int] = (4096, 14336)) -> None:
+    """The Mosaic GPU W8A16 kernel's deterministic schedule row-parallel over n devices: each
+    device runs its K ranges of the unsharded P parts (fp8_block_a16_mgpu.det_params), the
+    partials are gathered and added in order -- bitwise the one-device product (float32
+    output) at M in {1, 7, 64, 300}, where the one-device launch is ranges or in-CTA parts."""
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    from pallas_kernels import k_shards
+    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu, launch_params
+    rng = np.random.default_rng(3)
+    rows, k = shape
+    w = jnp.asarray(rng.standard_normal(shape) * 4, jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.01, 2, (rows // 128, k // 128)), jnp.float32)
+    mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
+
+    def run(x, w, ws):
+        params = launch_params(x.shape[0], rows, w.shape[1], False, deterministic=True)
+        return fp8_block_a16_matmul_mgpu(x, w, ws, out_dtype=jnp.float32, **params)
+
+    def local(x, w, ws):
+        with k_shards("tp", n):
+            return run(x, w, ws)
+
+    sharded = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(None, "tp"),) * 3,
+                                    out_specs=P(), check_vma=False))
+    for m in (1, 7, 64, 300):
+        x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+        ref = np.asarray(jax.jit(run)(x, w, ws))
+        got = np.asarray(sharded(x, w, ws))
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), \
+            f"mosaic W8A16 row det M={m}: max diff {np.abs(got - ref).max()}"
+    print(f"ok mosaic W8A16 {shape} row deterministic devices={n}: bitwise at M=1, 7, 64, 300")
+
+
 GROUPS = ("fixtures", "column", "row", "megatron", "collectives")
 
 if __name__ == "__main__":
@@ -182,10 +240,14 @@ if __name__ == "__main__":
     if "column" in only:
         for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
             check_layer_bitwise(fmt, n)
+    if "column" in only and gpu:
+        for fmt in ("fp8_block", "fp8_block_a16"):
+            check_prefill_column(fmt, n)
     if "row" in only and gpu:
         for fmt in ("fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc", "fp8_block",
                     "nvfp4_a16", "nvfp4", "mxfp8"):
             check_row_bitwise(fmt, n)
+        check_mosaic_row_bitwise(n)
     if "megatron" in only and gpu:
         for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
             check_megatron_bitwise(fmt, n)

@@ -173,6 +173,9 @@ for fmt, kernel in [("fp8_per_channel_a16", "pallas_fp8_w8a16"),
     row_bitwise(fmt, kernel, mesh2)
 row_bitwise("fp8_per_channel_a16", "pallas_fp8_w8a16", mesh)  # 4 K-slices of the 4 splits
 row_bitwise("mxfp8_a16", "pallas_mxfp8", mesh2, x_dtype=jnp.bfloat16)  # a model's activations
+# (16-bit x would run the Mosaic GPU W8A16 kernel, whose interpreter cannot run on several
+# devices at once -- one device's end-of-kernel check sees another's barriers; tests/models/
+# tp_check.py checks its row-parallel schedule on GPUs.)
 
 # Where the deterministic schedule has fewer K splits than devices (K=256: two K-steps, one
 # split), or the kernel is the XLA one, the row-parallel sum stays a psum: warned.
