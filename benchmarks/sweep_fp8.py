@@ -349,6 +349,27 @@ def main(argv=None) -> int:
             ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s))
                     for s in ((1, 2) if args.tiny else (1, 2, 4, 8))]
             run_saved((model, k, n), ms, ops)
+    if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts: sum in registers or smem
+        # (session 7 grid: k_parts=8 with a register carry costs ~15% at M >= 1024; prediction
+        # for the shared-memory sum: within 5% of k_parts=1 if registers are the cause)
+        regs = not args.tiny
+        shapes = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576),
+                  ("llama3-8b", 4096, 6144)]
+        ms = (1024, 4096)
+        if args.tiny:
+            shapes, ms = [("tiny", 512, 256)], (300,)
+        for model, k, n in shapes:
+            p = 4 if args.tiny else 8
+            ops = [bench.bf16_op(), _mgpu_a16_op("fp8_block_a16", regs, "auto"),
+                   _mgpu_a16_op("fp8_block_a16", regs, dict(k_parts=p)),
+                   _mgpu_a16_op("fp8_block_a16", regs, dict(k_parts=p, parts_in_smem=True))]
+            run_saved((model, k, n), ms, ops)
+        # decode: deterministic mode's 16-row x tiles vs 8 (bitwise the same on the H200)
+        for model, k, n in ([] if args.tiny else [("llama3-8b", 4096, 6144),
+                                                  ("llama3-70b", 8192, 10240)]):
+            ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", regs, dict(
+                block_m=b, k_splits=8)) for b in (8, 16)]
+            run_saved((model, k, n), (1, 16), ops)
     if "block_a16" in parts:
         go([("llama3-70b", 8192, 8192)], "fp8_block_a16", LARGE_BLOCK_A16, (4096,))
     if "large" in parts:

@@ -68,12 +68,13 @@ def test_check_dense_times_both_paths(tmp_path):
 
 def test_sweep_fp8_v5_and_mgpu_parts_run(tmp_path):
     out_json = tmp_path / "sweep.json"
-    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5,mgpu,mgpu_a16,mgpu_dec", "--reps", "1",
-          "--out", str(out_json)], tmp_path)
+    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5,mgpu,mgpu_a16,mgpu_dec,mgpu_parts",
+          "--reps", "1", "--out", str(out_json)], tmp_path)
     labels = {r["label"] for r in json.loads(out_json.read_text())["records"]}
     assert sum("gemv" in label for label in labels) >= 6, labels
     assert {"fp8_block:mgpu_block2_g16", "fp8_block:triton_block",
             "fp8_block:pallas_fp8_block"} <= labels
     assert any(label.startswith("fp8_block:mgpu_block2_g16_p") for label in labels), labels
     assert {"fp8_block_a16:mgpu_a16_smem", "fp8_per_channel_a16:mgpu_a16_smem",
-            "fp8_block_a16:mgpu_a16_smem_auto"} <= labels, labels
+            "fp8_block_a16:mgpu_a16_smem_auto", "fp8_block_a16:mgpu_a16_smem_k_parts4",
+            "fp8_block_a16:mgpu_a16_smem_k_parts4_parts_in_smemTrue"} <= labels, labels
