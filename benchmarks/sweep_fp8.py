@@ -349,9 +349,10 @@ def main(argv=None) -> int:
             ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s))
                     for s in ((1, 2) if args.tiny else (1, 2, 4, 8))]
             run_saved((model, k, n), ms, ops)
-    if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts: sum in registers or smem
-        # (session 7 grid: k_parts=8 with a register carry costs ~15% at M >= 1024; prediction
-        # for the shared-memory sum: within 5% of k_parts=1 if registers are the cause)
+    if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
+        # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that
+        # kept the parts' sum in shared memory instead of a second register accumulator
+        # (commit "experiment: in-CTA parts summed in shared memory") was no better: -5% to +10%
         regs = not args.tiny
         shapes = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576),
                   ("llama3-8b", 4096, 6144)]
@@ -361,10 +362,10 @@ def main(argv=None) -> int:
         for model, k, n in shapes:
             p = 4 if args.tiny else 8
             ops = [bench.bf16_op(), _mgpu_a16_op("fp8_block_a16", regs, "auto"),
-                   _mgpu_a16_op("fp8_block_a16", regs, dict(k_parts=p)),
-                   _mgpu_a16_op("fp8_block_a16", regs, dict(k_parts=p, parts_in_smem=True))]
+                   _mgpu_a16_op("fp8_block_a16", regs, dict(k_parts=p))]
             run_saved((model, k, n), ms, ops)
-        # decode: deterministic mode's 16-row x tiles vs 8 (bitwise the same on the H200)
+        # decode: deterministic mode's 16-row x tiles vs 8 (bitwise the same on the H200):
+        # 8 rows 2-4% faster at M=1, 1.5x slower at M=16 (two tiles)
         for model, k, n in ([] if args.tiny else [("llama3-8b", 4096, 6144),
                                                   ("llama3-70b", 8192, 10240)]):
             ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", regs, dict(

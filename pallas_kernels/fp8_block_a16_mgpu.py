@@ -59,31 +59,20 @@ DET_MIN_X_TILE = 16
 
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
-            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int,
-            parts_in_smem: bool):
+            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int):
     n, k = w_gmem.shape
     m = x_gmem.shape[0]
     steps = k // BLOCK // k_splits  # K-blocks per split
     per_part = steps // k_parts
     x_tiles = swizzled(x_gmem.dtype)
 
-    def body(idx, w_smem, x_smem, ws_smem, carry, a_smem, out_smem):
+    def body(idx, w_smem, x_smem, ws_smem, carry, a_smem):
         if k_parts == 1:
             return one_block(w_smem, x_smem, ws_smem, carry, a_smem)
-        i = idx[0] + 1
-        ends = i - (i // per_part) * per_part == 0  # (lax.rem: see _scope)
-        if parts_in_smem:  # the finished parts' sum waits in the output buffer (float32)
-            run = one_block(w_smem, x_smem, ws_smem, carry, a_smem)
-            zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
-            wg = lax.axis_index("wg")
-
-            def flush(r):
-                # 0 + the first part is the first part: a part sum is never -0 (it starts as +0)
-                out_smem[wg] = lax.cond(i == per_part, lambda: r, lambda: out_smem[wg] + r)
-                return zero
-            return lax.cond(ends, flush, lambda r: r, run)
         run, grand = carry  # this part's running total; the finished parts' sum
         run = one_block(w_smem, x_smem, ws_smem, run, a_smem)
+        i = idx[0] + 1
+        ends = i - (i // per_part) * per_part == 0  # (lax.rem: see _scope)
         zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
@@ -131,31 +120,13 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         n_idx, m_idx = tile_index(tile, n // BLOCK, m // block_m, group_m)
         n_slice = pl.ds(n_idx * BLOCK, BLOCK)
         m_slice = pl.ds(m_idx * block_m, block_m)
-        if k_parts > 1 and parts_in_smem:
-            context = functools.partial(_store_smem_sum, out_smem=out_smem,
-                                        out_gmem=out_gmem.at[split], row_slice=n_slice,
-                                        col_slice=m_slice)
-        else:
-            context = functools.partial(store_rows, out_smem=out_smem,
-                                        out_gmem=out_gmem.at[split], row_slice=n_slice,
-                                        col_slice=m_slice, parts=k_parts > 1)
-        pipeline(functools.partial(body, a_smem=a_smem, out_smem=out_smem), context,
-                 split * steps)(
+        context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem.at[split],
+                                    row_slice=n_slice, col_slice=m_slice, parts=k_parts > 1)
+        pipeline(functools.partial(body, a_smem=a_smem), context, split * steps)(
             w_gmem.at[n_slice], x_gmem.at[m_slice], ws_gmem.at[:, n_slice],
             allocations=allocs)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-
-
-def _store_smem_sum(run, *, out_smem, out_gmem, row_slice, col_slice) -> None:
-    """The compute context of in-CTA parts summed in shared memory: the pipeline leaves this
-    warpgroup's float32 sum in out_smem[wg]; store it by TMA."""
-    wg = lax.axis_index("wg")
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
-    run(plgpu.layout_cast(jnp.zeros(out_smem.shape[1:], F32), plgpu.Layout.WGMMA))
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(
-        out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), col_slice])
 
 
 def decode_params(m: int, n: int, k: int, sms: int) -> dict:
@@ -232,7 +203,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               scale_kind: str = "block", out_dtype=None,
                               stages: int | None = None, group_m: int = 8,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
-                              a_in_registers: bool = True, parts_in_smem: bool = False,
+                              a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -250,8 +221,6 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     zero, the parts added in order -- bitwise what k_parts ranges (k_splits=k_parts) give,
     without partials in memory. For a deterministic schedule whose K order is fixed by (K, N)
     at every M: P ranges at small M, P in-CTA parts at large M (det_params).
-    parts_in_smem: with k_parts > 1, the finished parts' sum waits in the float32 output tile
-    in shared memory instead of a second register accumulator (fewer registers, an f32 output).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -285,8 +254,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     # of >= 32 bytes
     shards = current_k_shards()
     narrow = block_m * out_dtype.itemsize < 32
-    smem_sum = k_parts > 1 and parts_in_smem  # the parts' sum accumulates in the output tile
-    kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow or shards or smem_sum else out_dtype
+    kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow or shards else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers)
     mp = cdiv(m, block_m) * block_m
     if mp != m:  # zero rows, sliced off below
@@ -295,7 +263,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
-                          k_parts=k_parts, parts_in_smem=parts_in_smem),
+                          k_parts=k_parts),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // BLOCK * (mp // block_m) * k_splits, interpret)
     parts = call(w, x, ws_rows)

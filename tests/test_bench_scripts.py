@@ -76,5 +76,4 @@ def test_sweep_fp8_v5_and_mgpu_parts_run(tmp_path):
             "fp8_block:pallas_fp8_block"} <= labels
     assert any(label.startswith("fp8_block:mgpu_block2_g16_p") for label in labels), labels
     assert {"fp8_block_a16:mgpu_a16_smem", "fp8_per_channel_a16:mgpu_a16_smem",
-            "fp8_block_a16:mgpu_a16_smem_auto", "fp8_block_a16:mgpu_a16_smem_k_parts4",
-            "fp8_block_a16:mgpu_a16_smem_k_parts4_parts_in_smemTrue"} <= labels, labels
+            "fp8_block_a16:mgpu_a16_smem_auto", "fp8_block_a16:mgpu_a16_smem_k_parts4"} <= labels, labels

@@ -156,17 +156,15 @@ def test_gpu_matches_float64(rng, m, a_in_registers):
 
 
 def _fixed_order_rows(rng, ms, n, k, interpret):
-    """Row 0 of x inside batches of each M on det_params' schedule, in each of its launch forms
-    (P K ranges as CTAs; P in-CTA parts, their sum in registers or in shared memory) whichever
-    one det_params picks at that M."""
+    """Row 0 of x inside batches of each M on det_params' schedule, in both of its launch forms
+    (P K ranges as CTAs, P in-CTA parts) whichever one det_params picks at that M."""
     x_all, w, ws = _operands(rng, max(ms), n, k)
     rows = []
     for m in ms:
         p = det_params(m, n, k, 132)
         parts = p["k_splits"] * p["k_parts"]
         assert parts > 1  # the check has teeth only with parts to add
-        for form in (dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts),
-                     dict(k_splits=1, k_parts=parts, parts_in_smem=True)):
+        for form in (dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)):
             y = fp8_block_a16_matmul_mgpu(
                 x_all[:m], w, ws, out_dtype=jnp.float32, block_m=p["block_m"],
                 a_in_registers=not interpret, interpret=interpret, **form)
