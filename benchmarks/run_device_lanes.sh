@@ -11,6 +11,7 @@
 #        tp (tests/models/tp_check.py and bench_tp.py over the lane's GPUs; TP_CHECKS selects
 #        tp_check's groups, TP_ARGS bench_tp's arguments),
 #        probe (benchmarks/probe_det_mgpu.py; T_PROBE),
+#        probew4[:<shapes>:<m>] (benchmarks/probe_w4_mgpu.py; T_PROBE, PROBE_ARGS),
 #        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
@@ -65,6 +66,12 @@ lane() {  # lane <gpus> <steps...>
           benchmarks/probe_det_mgpu.py --out "$OUT/probe_det_gpu$gpu.json" > "/tmp/probe$gpu.log" 2>&1
         echo "probe rc=$?"; grep -oE "'kind': '[a-z0-9_]+', 'k': [0-9]+, 'n': [0-9]+, 'm': [0-9]+|'bitwise': [A-Za-z]+, 'equal_frac': [0-9.e-]+" \
           "/tmp/probe$gpu.log" | paste - - | head -60; grep -E "Error|rror:" "/tmp/probe$gpu.log" | head -5;;
+      probew4)  # how fast a Mosaic kernel streams 4-bit weights (benchmarks/probe_w4_mgpu.py)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_PROBE:-300})" python3 \
+          benchmarks/probe_w4_mgpu.py --shapes "${shapes:-all}" --m "${ms:-1,16}" ${PROBE_ARGS:-} \
+          --out "$OUT/probe_w4_gpu$gpu.json" > "/tmp/probew4$gpu.log" 2>&1
+        echo "probew4 rc=$?"; grep -E " bf16 | nvfp4_a16:| fp8_block_a16:|rror" "/tmp/probew4$gpu.log" \
+          | cut -c1-130 | head -80;;
       ncu)  # Nsight Compute on the decode kernels of profile_cases.py (filtered by name)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_NCU:-240})" ncu --target-processes all \
           -k regex:fp8_w8a -c 8 --csv --page details --section SpeedOfLight \

@@ -81,8 +81,10 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
         def run_block(acc):  # a fresh accumulator per K-block: its sum alone
-            # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas
-            w = w_smem[rows].astype(F32).astype(x_gmem.dtype)
+            # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas (the
+            # int4 weights of benchmarks/probe_w4_mgpu.py convert directly)
+            w = w_smem[rows]
+            w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
             if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
                 a_smem[wg] = w
                 plgpu.commit_smem()
@@ -96,7 +98,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
     def pipeline(body_fn, context, first=0):  # steps first, first + 1, ... of K-blocks
         return two_warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, in_specs=[
-            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, first + i), transforms=swizzled(E4M3)),
+            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, first + i),
+                            transforms=swizzled(w_gmem.dtype)),
             plgpu.BlockSpec((block_m, BLOCK), lambda i: (0, first + i), transforms=x_tiles),
             plgpu.BlockSpec((1, BLOCK), lambda i: (first + i, 0)),
         ])
@@ -249,7 +252,18 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if not (isinstance(k_parts, int) and k_parts >= 1 and (k // BLOCK // k_splits) % k_parts == 0):
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
-    out_dtype = jnp.dtype(out_dtype or x.dtype)
+    ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
+    return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
+                   group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
+                   a_in_registers=a_in_registers, interpret=interpret)
+
+
+def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
+            block_m, k_splits, k_parts, a_in_registers, interpret) -> jax.Array:
+    """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
+    or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
+    m, k = x.shape
+    n = w.shape[0]
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     shards = current_k_shards()
@@ -259,7 +273,6 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     mp = cdiv(m, block_m) * block_m
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
-    ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax._src import dtypes  # itemsize_bits: the public dtype API has no sub-byte sizes
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -22,10 +23,11 @@ SMEM_BYTES = 232448 - 2048
 
 
 def swizzled(dtype, cols: int = BLOCK) -> tuple:
-    """Shared-memory transforms for rows of `cols` elements of dtype, as TMA and wgmma read them."""
-    itemsize = jnp.dtype(dtype).itemsize
-    swizzle = plgpu.find_swizzle(cols * itemsize * 8)
-    return plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle)
+    """Shared-memory transforms for rows of `cols` elements of dtype (sub-byte ones included), as
+    TMA and wgmma read them."""
+    bits = dtypes.itemsize_bits(dtype)
+    swizzle = plgpu.find_swizzle(cols * bits)
+    return plgpu.TilingTransform((8, swizzle * 8 // bits)), plgpu.SwizzleTransform(swizzle)
 
 
 def tile_index(t, m_tiles: int, n_tiles: int, group_m: int):
