@@ -152,6 +152,7 @@ CURRENT = (
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
     ("h200_fp8_grid_s5_paths.json", None), ("h200_fp8_grid_s6_w8a16.json", None),
     ("h200_fp8_grid_s7_det.json", None), ("h200_fp8_grid_s7_large.json", None),
+    ("h200_fp8_grid_s7_decode.json", None),
 )
 
 
@@ -250,6 +251,8 @@ def main() -> int:
          "det_k_parts(K) parts as K ranges or in-CTA parts (fp8_block_a16_mgpu.det_params)"),
         ("h200_fp8_grid_s7_large.json", "FP8 block W8A8 and W8A16 at M=1024 and 4096 on the 4 "
          "shapes session 5 missed (session 7); `[det]` rows: Triton for W8A8, Mosaic for W8A16"),
+        ("h200_fp8_grid_s7_decode.json", "FP8 W8A16 at M=1 and 16 with two K-blocks per "
+         "pipeline step (session 7, 6 shapes; supersedes the table above there)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

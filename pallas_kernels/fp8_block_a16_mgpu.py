@@ -1,10 +1,10 @@
 """FP8 weight-only (W8A16: e4m3 weights with 128x128 block, per-channel or per-tensor scales,
 bf16/f16 activations) on Mosaic GPU -- the default-mode path of `pallas_fp8_w8a16` on sm_90 for
 16-bit activations (pallas_kernels.fp8_paths): at every M for block scales, from M=2 for the
-others (the dense path takes whole-K scales from M=1024). Session 6, H200 grid over 11 shapes:
-fp8_block_a16 1.38x bf16 at M=1 and 1.40x at M=16 (geomean; 1.07-1.67x), 0.75-0.77x at M=256
-to 1024, where the Triton kernel (its deterministic configs, same run) ran 0.83x / 0.81x and
-0.45x / 0.42x (NOTES.md, session 6).
+others (the dense path takes whole-K scales from M=1024); in deterministic mode at every M.
+H200, 11 shapes (NOTES.md, sessions 6-7): fp8_block_a16 1.42x bf16 at M=1 and 1.45x at M=16
+(geomean; 1.13-1.77x), 0.75-0.77x at M=256 to 1024, where the Triton kernel ran 0.83x / 0.81x
+and 0.45x / 0.42x.
 
 Why not Triton: its W8A16 block kernel ran at 0.36-0.48x bf16 from M=1024 (session-5 grid):
 its e4m3 -> bf16 conversion and a scale multiply per 128-K step sit between MMAs that nothing
@@ -56,14 +56,16 @@ SPLIT_MAX_M = 256
 # 8-row tiles and wider ones (XLA:CPU's dot takes another route for N=8), so the schedule that
 # CI checks bitwise starts at 16 rows on every backend.
 DET_MIN_X_TILE = 16
+TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
 
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
-            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int):
+            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int):
     n, k = w_gmem.shape
     m = x_gmem.shape[0]
-    steps = k // BLOCK // k_splits  # K-blocks per split
+    steps = k // BLOCK // k_splits // blocks  # pipeline steps per split
     per_part = steps // k_parts
+    step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
 
     def body(idx, w_smem, x_smem, ws_smem, carry, a_smem):
@@ -76,37 +78,42 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
-    def one_block(w_smem, x_smem, ws_smem, total, a_smem):
+    def one_block(w_smem, x_smem, ws_smem, total, a_smem):  # one step: `blocks` K-blocks
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
-        def run_block(acc):  # a fresh accumulator per K-block: its sum alone
-            # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas (the
-            # int4 weights of benchmarks/probe_w4_mgpu.py convert directly)
-            w = w_smem[rows]
-            w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
-            if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
-                a_smem[wg] = w
-                plgpu.commit_smem()
-                w = a_smem.at[wg]
-            plgpu.wgmma(acc, w, x_smem.transpose((1, 0)))
-            part = plgpu.wgmma_accumulator_load(acc, wait_n=0)
-            ws = plgpu.load(ws_smem.at[0, rows], layout=plgpu.Layout.WGMMA.reduce(1))
-            return total + part * lax.broadcast_in_dim(ws, part.shape, [0])
+        def run_blocks(*accs):  # a fresh accumulator per K-block: its sum alone
+            for j, acc in enumerate(accs):  # every block's wgmma issued first (asynchronous)
+                cols = pl.ds(j * BLOCK, BLOCK)
+                # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas (the
+                # int4 weights of benchmarks/probe_w4_mgpu.py convert directly)
+                w = w_smem[rows, cols]
+                w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
+                if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
+                    a_smem[wg * blocks + j] = w
+                    plgpu.commit_smem()
+                    w = a_smem.at[wg * blocks + j]
+                plgpu.wgmma(acc, w, x_smem.at[:, cols].transpose((1, 0)))
+            t = total
+            for j, acc in enumerate(accs):  # in K order: block j while later ones still run
+                part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
+                ws = plgpu.load(ws_smem.at[j, rows], layout=plgpu.Layout.WGMMA.reduce(1))
+                t = t + part * lax.broadcast_in_dim(ws, part.shape, [0])
+            return t
 
-        return pl.run_scoped(run_block, plgpu.ACC((WG_ROWS, block_m), F32))
+        return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, block_m), F32)] * blocks)
 
-    def pipeline(body_fn, context, first=0):  # steps first, first + 1, ... of K-blocks
+    def pipeline(body_fn, context, first=0):  # steps first, first + 1, ... of this split
         return two_warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, in_specs=[
-            plgpu.BlockSpec((BLOCK, BLOCK), lambda i: (0, first + i),
+            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, first + i),
                             transforms=swizzled(w_gmem.dtype)),
-            plgpu.BlockSpec((block_m, BLOCK), lambda i: (0, first + i), transforms=x_tiles),
-            plgpu.BlockSpec((1, BLOCK), lambda i: (first + i, 0)),
+            plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i), transforms=x_tiles),
+            plgpu.BlockSpec((blocks, BLOCK), lambda i: (first + i, 0)),
         ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
-        a_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
+        a_smem=plgpu.SMEM((2 * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
 
     @functools.partial(
         pl.run_scoped,
@@ -180,22 +187,29 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
-    K ranges."""
+    K ranges. With x tiles of <= TWO_BLOCK_MAX_X_TILE rows, two K-blocks per pipeline step
+    where every K part holds an even number (the same sums; session 7 call 6 on 4 shapes at
+    M=1 and 16: -1 to +4% for fp8 weights, +7-15% for a 4-bit stream; at 128-row tiles only
+    one stage of two blocks fits: 0.37x)."""
     if deterministic:
         small = det_params(m, n, k, num_sms())
     else:
         small = decode_params(m, n, k, num_sms()) if m <= SPLIT_MAX_M else {}
+    per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
+    if small.get("block_m", BLOCK) <= TWO_BLOCK_MAX_X_TILE and per_part % 2 == 0:
+        small["blocks_per_step"] = 2
     return dict(a_in_registers=not interpret, **small)
 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
-            a_in_registers: bool) -> int:
-    per_step = BLOCK * BLOCK + block_m * BLOCK * x_bytes + BLOCK * 4  # w, x and scale tiles
+            a_in_registers: bool, blocks: int = 1) -> int:
+    # w, x and scale tiles of `blocks` K-blocks
+    per_step = blocks * (BLOCK * BLOCK + block_m * BLOCK * x_bytes + BLOCK * 4)
     fixed = 2 * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
-                                                 2 * WG_ROWS * BLOCK * x_bytes)
+                                                 2 * blocks * WG_ROWS * BLOCK * x_bytes)
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
-        return min(fit, 3 if block_m == BLOCK else 8)
+        return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
     if not (isinstance(requested, int) and 1 <= requested <= fit):
         raise ValueError(f"stages must be an int in [1, {fit}] for x tiles of {block_m} rows "
                          f"({per_step} bytes of shared memory per stage), got {requested!r}")
@@ -206,7 +220,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               scale_kind: str = "block", out_dtype=None,
                               stages: int | None = None, group_m: int = 8,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
-                              a_in_registers: bool = True,
+                              blocks_per_step: int = 1, a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -224,6 +238,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     zero, the parts added in order -- bitwise what k_parts ranges (k_splits=k_parts) give,
     without partials in memory. For a deterministic schedule whose K order is fixed by (K, N)
     at every M: P ranges at small M, P in-CTA parts at large M (det_params).
+    blocks_per_step: 128-wide K-blocks per pipeline step (1 or 2): with 2, both blocks' wgmmas
+    are issued before the first is waited on; the sums are the same (blocks added in K order).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -252,14 +268,20 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if not (isinstance(k_parts, int) and k_parts >= 1 and (k // BLOCK // k_splits) % k_parts == 0):
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
+    if blocks_per_step not in (1, 2) or (k // BLOCK // k_splits // k_parts) % blocks_per_step:
+        raise ValueError(f"blocks_per_step must be 1, or 2 where a K part holds an even number "
+                         f"of K-blocks ({k // BLOCK // k_splits // k_parts}), got "
+                         f"{blocks_per_step!r}")
     ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
     return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
-                   a_in_registers=a_in_registers, interpret=interpret)
+                   blocks_per_step=blocks_per_step, a_in_registers=a_in_registers,
+                   interpret=interpret)
 
 
 def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
-            block_m, k_splits, k_parts, a_in_registers, interpret) -> jax.Array:
+            block_m, k_splits, k_parts, a_in_registers, interpret,
+            blocks_per_step: int = 1) -> jax.Array:
     """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
     or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
     m, k = x.shape
@@ -269,14 +291,15 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     shards = current_k_shards()
     narrow = block_m * out_dtype.itemsize < 32
     kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow or shards else out_dtype
-    stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers)
+    stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
+                     blocks_per_step)
     mp = cdiv(m, block_m) * block_m
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
-                          k_parts=k_parts),
+                          k_parts=k_parts, blocks=blocks_per_step),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // BLOCK * (mp // block_m) * k_splits, interpret)
     parts = call(w, x, ws_rows)

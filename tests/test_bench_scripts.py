@@ -82,9 +82,10 @@ def test_sweep_fp8_v5_and_mgpu_parts_run(tmp_path):
 def test_probe_w4_mgpu_times_the_int4_stream(tmp_path):
     out_json = tmp_path / "probe_w4.json"
     _run(["benchmarks/probe_w4_mgpu.py", "--shapes", "256x256", "--m", "1", "--reps", "1",
-          "--stages", "2", "--out", str(out_json)], tmp_path)
+          "--stages", "2", "--blocks", "2", "--out", str(out_json)], tmp_path)
     recs = {r["label"]: r for r in json.loads(out_json.read_text())["records"]}
     assert {"bf16", "nvfp4_a16:pallas_nvfp4", "fp8_block_a16:pallas_fp8_w8a16",
             "nvfp4_a16:mgpu_int4_stream_smem", "nvfp4_a16:mgpu_int4_stream_smem_stages2",
-            "fp8_block_a16:mgpu_fp8_stream_smem_stages2"} <= set(recs), recs
+            "fp8_block_a16:mgpu_fp8_stream_smem_stages2",
+            "fp8_block_a16:mgpu_fp8_stream_smem_blocks2"} <= set(recs), recs
     assert all("error" not in r for r in recs.values()), recs

@@ -113,12 +113,25 @@ def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
     _check(y, x, w, ws, jnp.float32)
 
 
-@pytest.mark.parametrize("a_in_registers,k_parts", [(True, 1), (False, 1), (True, 4)])
-def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts):
+@pytest.mark.parametrize("a_in_registers,k_parts,blocks", [(True, 1, 1), (False, 1, 1),
+                                                           (True, 4, 1), (True, 1, 2)])
+def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks):
     args = _operands(rng, 256, 384, 1024)
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, a_in_registers=a_in_registers,
-                                                     k_parts=k_parts))
+                                                     k_parts=k_parts, blocks_per_step=blocks))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("m,params", [(5, dict(block_m=16, k_splits=2)),
+                                      (130, dict(k_parts=2))])
+def test_interpreter_two_blocks_per_step_give_the_same_bits(rng, m, params):
+    """Two K-blocks per pipeline step add the same per-block terms in the same K order."""
+    x, w, ws = _operands(rng, m, 256, 1024)
+    y1, y2 = (np.asarray(fp8_block_a16_matmul_mgpu(
+        x, w, ws, out_dtype=jnp.float32, blocks_per_step=b, a_in_registers=False,
+        interpret=True, **params)) for b in (1, 2))
+    np.testing.assert_array_equal(y2, y1)
+    _check(jnp.asarray(y2), x, w, ws, jnp.float32)
 
 
 def test_rejects_bad_operands(rng):
@@ -137,6 +150,9 @@ def test_rejects_bad_operands(rng):
         fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind="group")
     with pytest.raises(ValueError, match="group_m"):
         fp8_block_a16_matmul_mgpu(x, w, ws, group_m=0)
+    with pytest.raises(ValueError, match=r"blocks_per_step must be 1, or 2 where a K part "
+                                         r"holds an even number of K-blocks \(1\)"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=2, blocks_per_step=2)
 
 
 @pytest.mark.gpu
@@ -203,6 +219,16 @@ def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
     rows = _fixed_order_rows(rng, (1, 7, 64, 255, 300), 2560, 7168, False)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(1, dict(block_m=8, k_splits=4)), (300, {})])
+def test_gpu_two_blocks_per_step_give_the_same_bits(rng, m, params):
+    x, w, ws = _operands(rng, m, 2560, 7168)
+    y1, y2 = (np.asarray(jax.jit(lambda *a, b=b: fp8_block_a16_matmul_mgpu(
+        *a, out_dtype=jnp.float32, blocks_per_step=b, **params))(x, w, ws)) for b in (1, 2))
+    np.testing.assert_array_equal(y2, y1)
+    _check(jnp.asarray(y2), x, w, ws, jnp.float32)
 
 
 @pytest.mark.gpu

@@ -506,6 +506,24 @@ def test_w8a16_takes_the_mosaic_path_at_prefill_sizes(rng, fmt):
         assert_close(y, xd @ w.T, np.abs(xd) @ np.abs(w).T, CPU_ACC_RTOL)
 
 
+def test_deterministic_w8a16_decode_launch_keeps_the_rows(rng):
+    """Deterministic W8A16 at decode sizes runs two K-blocks per pipeline step (K=2048: 8 parts
+    of 2 K-blocks, as K ranges), at M=40 one (64-row x tiles): the same sums, so a row computed
+    alone is bitwise the row inside the batch (Mosaic GPU's interpreter on CPU)."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    qw = qweight.quantize(jnp.asarray(rng.standard_normal((256, 2048)), jnp.float32),
+                          "fp8_block_a16")
+    x = jnp.asarray(rng.standard_normal((40, 2048)) * rng.uniform(0.1, 3, (40, 1)),
+                    jnp.bfloat16)
+    kernel = "pallas_fp8_w8a16"
+    alone = describe_config(kernel, 1, qw, qw.spec, x.dtype, True)["path"]
+    assert "blocks_per_step=2" in alone and "k_splits=8" in alone, alone
+    assert "blocks_per_step" not in describe_config(kernel, 40, qw, qw.spec, x.dtype, True)["path"]
+    y = np.asarray(dispatch.matmul(x, qw, kernel=kernel, deterministic=True))
+    row = np.asarray(dispatch.matmul(x[7:8], qw, kernel=kernel, deterministic=True))
+    np.testing.assert_array_equal(row[0], y[7])
+
+
 def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):
     """Default mode, fp8_block, M >= MGPU_MIN_M: the Mosaic GPU wgmma kernel (its interpreter on
     CPU), with the Triton kernel's per-128-K order -- so it agrees with the Triton path to the
