@@ -228,7 +228,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     last two run the same per-128-K promotion with the row's one scale (W8A16 per-channel /
     per-tensor at prefill sizes without the dense path's converted copy of the weight).
     stages: pipeline steps in flight; None: 3 with 128-row x tiles, else as many as fit up to
-    8 (a step holds a 16 KB weight tile and a block_m x 128 x tile).
+    8, each halved (at least 2) with two blocks per step (a step holds blocks_per_step 16 KB
+    weight tiles and block_m x 128 x tiles).
     group_m: weight tile rows launched together (their x tiles shared in L2; see
     mgpu_common.tile_index).
     block_m: x rows per CTA tile, one of X_TILES (wgmma's N): small for decode (M padded to it).

@@ -66,9 +66,19 @@ def test_check_dense_times_both_paths(tmp_path):
         assert f"M= 1024 {fmt}" in out and "| dense" in out, out
 
 
+def test_sweep_fp8_mgpu_parts_run(tmp_path):
+    out_json = tmp_path / "sweep.json"
+    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "mgpu_parts", "--reps", "1",
+          "--out", str(out_json)], tmp_path)
+    recs = json.loads(out_json.read_text())["records"]
+    assert {"fp8_block_a16:mgpu_a16_smem_auto",
+            "fp8_block_a16:mgpu_a16_smem_k_parts4"} <= {r["label"] for r in recs}, recs
+    assert all("error" not in r for r in recs), recs
+
+
 def test_sweep_fp8_v5_and_mgpu_parts_run(tmp_path):
     out_json = tmp_path / "sweep.json"
-    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5,mgpu,mgpu_a16,mgpu_dec,mgpu_parts",
+    _run(["benchmarks/sweep_fp8.py", "--tiny", "--parts", "v5,mgpu,mgpu_a16,mgpu_dec",
           "--reps", "1", "--out", str(out_json)], tmp_path)
     labels = {r["label"] for r in json.loads(out_json.read_text())["records"]}
     assert sum("gemv" in label for label in labels) >= 6, labels
@@ -76,16 +86,14 @@ def test_sweep_fp8_v5_and_mgpu_parts_run(tmp_path):
             "fp8_block:pallas_fp8_block"} <= labels
     assert any(label.startswith("fp8_block:mgpu_block2_g16_p") for label in labels), labels
     assert {"fp8_block_a16:mgpu_a16_smem", "fp8_per_channel_a16:mgpu_a16_smem",
-            "fp8_block_a16:mgpu_a16_smem_auto", "fp8_block_a16:mgpu_a16_smem_k_parts4"} <= labels, labels
+            "fp8_block_a16:mgpu_a16_smem_auto"} <= labels, labels
 
 
 def test_probe_w4_mgpu_times_the_int4_stream(tmp_path):
     out_json = tmp_path / "probe_w4.json"
     _run(["benchmarks/probe_w4_mgpu.py", "--shapes", "256x256", "--m", "1", "--reps", "1",
-          "--stages", "2", "--blocks", "2", "--out", str(out_json)], tmp_path)
+          "--out", str(out_json)], tmp_path)
     recs = {r["label"]: r for r in json.loads(out_json.read_text())["records"]}
     assert {"bf16", "nvfp4_a16:pallas_nvfp4", "fp8_block_a16:pallas_fp8_w8a16",
-            "nvfp4_a16:mgpu_int4_stream_smem", "nvfp4_a16:mgpu_int4_stream_smem_stages2",
-            "fp8_block_a16:mgpu_fp8_stream_smem_stages2",
-            "fp8_block_a16:mgpu_fp8_stream_smem_blocks2"} <= set(recs), recs
+            "nvfp4_a16:mgpu_int4_stream_smem"} <= set(recs), recs
     assert all("error" not in r for r in recs.values()), recs
