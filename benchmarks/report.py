@@ -152,7 +152,7 @@ CURRENT = (
     ("h200_fp4_mx_grid_s3.json", None), ("h200_fp4_mx_grid_s3_after.json", (1, 256)),
     ("h200_fp8_grid_s5_paths.json", None), ("h200_fp8_grid_s6_w8a16.json", None),
     ("h200_fp8_grid_s7_det.json", None), ("h200_fp8_grid_s7_large.json", None),
-    ("h200_fp8_grid_s7_decode.json", None),
+    ("h200_fp8_grid_s7_decode.json", None), ("h200_fp8_grid_s7_per_tensor_a16.json", None),
 )
 
 
@@ -253,6 +253,8 @@ def main() -> int:
          "shapes session 5 missed (session 7); `[det]` rows: Triton for W8A8, Mosaic for W8A16"),
         ("h200_fp8_grid_s7_decode.json", "FP8 W8A16 at M=1 and 16 with two K-blocks per "
          "pipeline step (session 7, 6 shapes; supersedes the table above there)"),
+        ("h200_fp8_grid_s7_per_tensor_a16.json", "FP8 per-tensor W8A16 at M=1-256 with the "
+         "session-7 settings (11 shapes; `[det]`: the Mosaic kernel's deterministic schedule)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
