@@ -19,6 +19,7 @@ import jax
 __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "cache_config",
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
            "deterministic_rows", "KShards", "KShardError", "k_shards", "current_k_shards",
+           "device_ranges",
            "NUM_SMS_DEFAULT"]
 
 NUM_SMS_DEFAULT = 132  # H100/H200 SXM; only used by heuristics when the device cannot say
@@ -206,13 +207,19 @@ def _shard_k_schedule(cfg: MatmulConfig, shards: KShards, k_total: int) -> Matmu
     if k_total % step:
         raise KShardError(f"K={k_total} is not a whole number of {step}-wide K-steps, so the "
                           f"last step would straddle the K-slices of {shards.count} devices")
-    ranges = cfg.split_k * cfg.k_parts
-    if ranges % shards.count:
+    ranges = device_ranges(cfg.split_k * cfg.k_parts, k_total, shards.count)
+    return dataclasses.replace(cfg, split_k=ranges, k_parts=1)
+
+
+def device_ranges(ranges: int, k_total: int, count: int) -> int:
+    """How many of a deterministic schedule's `ranges` contiguous K ranges (of K = k_total) each
+    of `count` K-slices holds; KShardError where slice boundaries would cut a range."""
+    if ranges % count:
         raise KShardError(
             f"the deterministic K schedule of this layer (K={k_total}: {ranges} split(s) of "
-            f"{k_total // ranges}) cannot be cut at the boundaries of {shards.count} "
-            f"K-slices (needs a split count that is a multiple of {shards.count})")
-    return dataclasses.replace(cfg, split_k=ranges // shards.count, k_parts=1)
+            f"{k_total // ranges}) cannot be cut at the boundaries of {count} "
+            f"K-slices (needs a split count that is a multiple of {count})")
+    return ranges // count
 
 
 def resolve_config(kernel: str, *, m: int, n: int, k: int, deterministic: bool,

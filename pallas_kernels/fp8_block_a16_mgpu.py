@@ -40,8 +40,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import KShardError, cdiv, current_k_shards
+from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
+from .launch import sum_device_splits, writes_partials
 from .mgpu_common import (BLOCK, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows, swizzled,
                           tile_index, two_warpgroup_pipeline, weight_scale_rows)
 
@@ -139,6 +140,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
+def _x_tile(m: int) -> int:
+    """The smallest x tile (X_TILES) holding m rows, 128 from 128 rows on."""
+    return next(b for b in X_TILES if b >= min(m, BLOCK))
+
+
 def decode_params(m: int, n: int, k: int, sms: int) -> dict:
     """Settings for small M (weight-streaming): the smallest x tile holding M's rows, and K cut
     into ranges (their results summed afterwards) so that the CTAs fill whole waves of SMs:
@@ -146,7 +152,7 @@ def decode_params(m: int, n: int, k: int, sms: int) -> dict:
     K-blocks long. (Fitted on session 6's H200 sweeps, 26 cases of 10 shapes at M=1..256 with
     1/2/4/8 ranges: 1.01x the fastest choice on geomean, 1.26x at worst (4096x6144, M=256);
     filling every SM at any cost was 1.06x / 1.39x.)"""
-    block_m = next(b for b in X_TILES if b >= min(m, BLOCK))
+    block_m = _x_tile(m)
     ctas, k_blocks = n // BLOCK * cdiv(m, block_m), k // BLOCK
     options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
     fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}
@@ -168,17 +174,13 @@ def det_params(m: int, n: int, k: int, sms: int) -> dict:
     shards = current_k_shards()
     count = 1 if shards is None else shards.count
     parts = det_k_parts(k * count, BLOCK)
-    if parts % count:
-        raise KShardError(
-            f"the deterministic K schedule of this layer (K={k * count}: {parts} part(s) of "
-            f"{k * count // parts}) cannot be cut at the boundaries of {count} K-slices (needs "
-            f"a part count that is a multiple of {count})")
-    block_m = max(DET_MIN_X_TILE, next(b for b in X_TILES if b >= min(m, BLOCK)))
+    local = device_ranges(parts, k * count, count)
+    block_m = max(DET_MIN_X_TILE, _x_tile(m))
     rows = cdiv(m, block_m) * block_m
     fill = min(1.0, n // BLOCK * (rows // block_m) / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
     if shards is not None or ranges:
-        return dict(block_m=block_m, k_splits=parts // count, k_parts=1)
+        return dict(block_m=block_m, k_splits=local, k_parts=1)
     return dict(block_m=block_m, k_splits=1, k_parts=parts)
 
 
@@ -289,9 +291,8 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     n = w.shape[0]
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
-    shards = current_k_shards()
     narrow = block_m * out_dtype.itemsize < 32
-    kernel_out = jnp.dtype(F32) if k_splits > 1 or narrow or shards else out_dtype
+    kernel_out = jnp.dtype(F32) if writes_partials(k_splits) or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
                      blocks_per_step)
     mp = cdiv(m, block_m) * block_m
@@ -303,10 +304,5 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
                           k_parts=k_parts, blocks=blocks_per_step),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // BLOCK * (mp // block_m) * k_splits, interpret)
-    parts = call(w, x, ws_rows)
-    if shards is not None:  # device order along the axis is K order: ranges stay in order
-        parts = lax.all_gather(parts, shards.axis, axis=0, tiled=True)
-    yt = parts[0]
-    for part in parts[1:]:  # in K order, whatever the compiler would pick for a reduce
-        yt = yt + part
+    yt = sum_device_splits(call(w, x, ws_rows), k_splits, n, mp)  # ranges in K order
     return yt.T[:m].astype(out_dtype)

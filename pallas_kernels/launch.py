@@ -19,7 +19,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import current_k_shards
 
-__all__ = ["launch_split_k", "sum_splits", "writes_partials"]
+__all__ = ["launch_split_k", "sum_splits", "sum_device_splits", "writes_partials"]
 
 
 def writes_partials(split_k: int) -> bool:
@@ -71,10 +71,16 @@ def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: 
         name=name,
     )(*operands)
     if split:
-        shards = current_k_shards()
-        if shards is not None:  # device order along the axis is K order: splits stay in order
-            y = jax.lax.all_gather(y, shards.axis, axis=0, tiled=True)
-            split_k *= shards.count
-        total = sum_splits(y, split_k, m, n)
+        total = sum_device_splits(y, split_k, m, n)
         y = (finish(total) if finish is not None else total).astype(out_dtype)
     return y
+
+
+def sum_device_splits(y: jax.Array, split_k: int, m: int, n: int) -> jax.Array:
+    """sum_splits of this device's float32 partials -- inside `common.k_shards`, of every
+    device's, gathered first (device order along the axis is K order: splits stay in order)."""
+    shards = current_k_shards()
+    if shards is not None:
+        y = jax.lax.all_gather(y, shards.axis, axis=0, tiled=True)
+        split_k *= shards.count
+    return sum_splits(y, split_k, m, n)

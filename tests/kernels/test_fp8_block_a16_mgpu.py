@@ -241,3 +241,26 @@ def test_gpu_x_tile_width_does_not_change_a_row(rng):
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
 
+
+
+def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
+    """Inside k_shards (here one device, the interpreter's limit) the kernel runs the schedule's
+    parts as ranges and sums the gathered partials in K order: bitwise the unsharded product,
+    which at M=300 runs them as in-CTA parts."""
+    from jax.sharding import Mesh, PartitionSpec as P
+    x, w, ws = _operands(rng, 300, 256, 512)
+
+    def det(x, w, ws):
+        params = launch_params(x.shape[0], 256, w.shape[1], True, deterministic=True)
+        return fp8_block_a16_matmul_mgpu(x, w, ws, out_dtype=jnp.float32, interpret=True,
+                                         **params)
+
+    def local(x, w, ws):
+        with k_shards("tp", 1):
+            return det(x, w, ws)
+
+    assert det_params(300, 256, 512, 132)["k_parts"] == 4
+    mesh = Mesh(np.array(jax.devices()[:1]), ("tp",))
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "tp"),) * 3, out_specs=P(),
+                            check_vma=False)
+    np.testing.assert_array_equal(np.asarray(sharded(x, w, ws)), np.asarray(det(x, w, ws)))
