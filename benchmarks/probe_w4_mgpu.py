@@ -25,33 +25,50 @@ from pallas_kernels.fp8_block_a16_mgpu import _launch, launch_params
 from pallas_kernels.mgpu_common import weight_scale_rows
 
 
+STREAMS = ("int4", "fp8", "fp8_astype", "int8", "bf16")
+# the weight format each stream's bytes come from (None: the bf16 baseline's matrix)
+STREAM_FORMATS = {"int4": "nvfp4_a16", "fp8": "fp8_block_a16", "fp8_astype": "fp8_block_a16",
+                  "int8": "fp8_block_a16", "bf16": None}
+
+
 def stream_op(weights: str = "int4", a_in_registers: bool = True,
-              stages: int | None = None, blocks: int = 1) -> bench.Op:
-    """The Mosaic W8A16 kernel with its decode settings on the NVFP4 weight's bytes as int4 codes
-    and unit scales (weights="int4", see the docstring) or on fp8_block_a16 weights ("fp8");
-    the converted codes are wgmma's A operand from registers or (a_in_registers=False, what the
-    interpreter runs) from shared memory; stages: pipeline depth (None: the kernel's, as many
-    as fit up to 8 -- one CTA per SM at decode); blocks: K-blocks per pipeline step."""
+              stages: int | None = None, blocks: int = 1, wgs: int = 2) -> bench.Op:
+    """The Mosaic W8A16 kernel with its decode settings on: the NVFP4 weight's bytes as int4
+    codes with unit scales (weights="int4", see the docstring); fp8_block_a16 weights ("fp8";
+    "fp8_astype": converted by Mosaic GPU's astype through f32, not mgpu_convert's PTX);
+    the same bytes read as int8 ("int8": Mosaic's prmt-based int8 -> bf16 conversion instead of
+    e4m3 -> f32 -> bf16 -- same bytes, cheaper conversion; wrong products, time only); or the
+    bf16 baseline's weights ("bf16": twice the bytes, no conversion -- the structure's own
+    ceiling next to XLA's dot). The converted codes are wgmma's A operand from registers or
+    (a_in_registers=False, what the interpreter runs) from shared memory; stages: pipeline
+    depth (None: the kernel's, as many as fit up to 8 -- one CTA per SM at decode; bf16: 4);
+    blocks: K-blocks per pipeline step; wgs: compute warpgroups per CTA (2 or 4: 64 weight
+    rows each; the K ranges follow from the resulting tile count as in the dispatcher)."""
     interpret = jax.default_backend() == "cpu"
     a_in_registers = a_in_registers and not interpret
 
     def fn(x, qw):
-        n, k = qw.storage_shape
+        n, k = qw.shape if weights == "bf16" else qw.storage_shape
+        rows = jnp.ones((k // 128, n), jnp.float32)
         if weights == "int4":
             codes = jax.lax.bitcast_convert_type(qw.data, jnp.int4).reshape(n, k)
-            rows = jnp.ones((k // 128, n), jnp.float32)
-        else:
+        elif weights == "int8":
+            codes = jax.lax.bitcast_convert_type(qw.data, jnp.int8)
+        elif weights == "bf16":  # the kernel sizes its stages for 1-byte weights
+            codes = qw
+        else:  # fp8, fp8_astype
             codes, rows = qw.data, weight_scale_rows(qw.scale, "block", n, k)
         params = {"group_m": 8, "block_m": 128, "k_splits": 1, "k_parts": 1,
-                  **launch_params(x.shape[0], n, k, interpret),
-                  "a_in_registers": a_in_registers, "stages": stages,
-                  "blocks_per_step": blocks}
+                  **launch_params(x.shape[0], n, k, interpret, compute_wgs=wgs),
+                  "a_in_registers": a_in_registers,
+                  "stages": stages or (max(2, 4 // blocks) if weights == "bf16" else None),
+                  "blocks_per_step": blocks, "fast_convert": weights != "fp8_astype"}
         return _launch(x, codes, rows, out_dtype=jnp.dtype(x.dtype), interpret=interpret,
                        **params)
     name = (f"mgpu_{weights}_stream" + ("" if a_in_registers else "_smem")
             + ("" if stages is None else f"_stages{stages}")
-            + ("" if blocks == 1 else f"_blocks{blocks}"))
-    return bench.Op(name, "nvfp4_a16" if weights == "int4" else "fp8_block_a16", "default", fn)
+            + ("" if blocks == 1 else f"_blocks{blocks}") + ("" if wgs == 2 else f"_wg{wgs}"))
+    return bench.Op(name, STREAM_FORMATS[weights], "default", fn)
 
 
 def main(argv=None) -> int:
@@ -64,20 +81,29 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default="",
                    help="comma list: also time both streams at these pipeline depths")
     p.add_argument("--blocks", type=int, default=1,
-                   help="2: also time both streams with two K-blocks per pipeline step")
+                   help="2: also time the streams with two K-blocks per pipeline step")
+    p.add_argument("--wgs", default="2",
+                   help="comma list of compute warpgroups per CTA (2, 4) for the streams; 4 "
+                        "skips bf16 (its 64 KB weight tiles)")
+    p.add_argument("--streams", default="int4,fp8",
+                   help=f"comma list of {STREAMS}: the streams timed (int4 also from shared "
+                        "memory)")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     ops = [bench.bf16_op(), bench.kernel_op("pallas_nvfp4", "nvfp4_a16"),
            bench.kernel_op("pallas_fp8_w8a16", "fp8_block_a16")]
-    if cpu:  # the interpreter runs only shared-memory A operands
+    streams = [w for w in args.streams.split(",") if w]
+    if unknown := set(streams) - set(STREAMS):
+        p.error(f"--streams: unknown {sorted(unknown)}; choose from {STREAMS}")
+    wgs = [int(v) for v in args.wgs.split(",")]
+    if "int4" in streams and not cpu:
         ops.append(stream_op(a_in_registers=False))
-    else:
-        ops += [stream_op(), stream_op(a_in_registers=False)]
+    blocks = [1] + ([args.blocks] if args.blocks > 1 else [])
+    # the interpreter runs only shared-memory A operands
+    ops += [stream_op(w, a_in_registers=not cpu, blocks=b, wgs=g)
+            for g in wgs for b in blocks for w in streams if not (g == 4 and w == "bf16")]
     ops += [stream_op(weights, stages=int(s)) for s in args.stages.split(",") if s
-            for weights in ("int4", "fp8")]
-    if args.blocks > 1:
-        ops += [stream_op(weights, a_in_registers=not cpu, blocks=args.blocks)
-                for weights in ("int4", "fp8")]
+            for weights in streams]
     result = bench.run(bench.parse_shapes(args.shapes), [int(v) for v in args.m.split(",")],
                        ops, reps=args.reps)
     with open(args.out, "w") as f:

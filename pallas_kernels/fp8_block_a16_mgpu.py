@@ -43,8 +43,9 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
-from .mgpu_common import (BLOCK, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows, swizzled,
-                          tile_index, two_warpgroup_pipeline, weight_scale_rows)
+from .mgpu_convert import e4m3_to_16bit
+from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
+                          swizzled, tile_index, warpgroup_pipeline, weight_scale_rows)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "det_params", "launch_params",
            "X_TILES", "DET_MIN_X_TILE"]
@@ -58,11 +59,16 @@ SPLIT_MAX_M = 256
 # CI checks bitwise starts at 16 rows on every backend.
 DET_MIN_X_TILE = 16
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
+# Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
+# need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
+FOUR_WG_MAX_X_TILE = 32
 
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
-            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int):
+            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
+            wgs: int, fast_convert: bool):
     n, k = w_gmem.shape
+    tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = x_gmem.shape[0]
     steps = k // BLOCK // k_splits // blocks  # pipeline steps per split
     per_part = steps // k_parts
@@ -87,9 +93,13 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             for j, acc in enumerate(accs):  # every block's wgmma issued first (asynchronous)
                 cols = pl.ds(j * BLOCK, BLOCK)
                 # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas (the
-                # int4 weights of benchmarks/probe_w4_mgpu.py convert directly)
+                # int4 weights of benchmarks/probe_w4_mgpu.py convert directly): its route
+                # through f32 or mgpu_convert's (the same values, fewer conversions)
                 w = w_smem[rows, cols]
-                w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
+                if w.dtype == E4M3 and fast_convert:
+                    w = e4m3_to_16bit(w, x_gmem.dtype)
+                else:
+                    w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
                 if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
                     a_smem[wg * blocks + j] = w
                     plgpu.commit_smem()
@@ -105,21 +115,22 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, block_m), F32)] * blocks)
 
     def pipeline(body_fn, context, first=0):  # steps first, first + 1, ... of this split
-        return two_warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, in_specs=[
-            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, first + i),
+        return warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, compute_wgs=wgs,
+                                  in_specs=[
+            plgpu.BlockSpec((tile_rows, step_k), lambda i: (0, first + i),
                             transforms=swizzled(w_gmem.dtype)),
             plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i), transforms=x_tiles),
-            plgpu.BlockSpec((blocks, BLOCK), lambda i: (first + i, 0)),
+            plgpu.BlockSpec((blocks, tile_rows), lambda i: (first + i, 0)),
         ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
-        a_smem=plgpu.SMEM((2 * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
+        a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
 
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(w_gmem, x_gmem, ws_gmem),
-        out_smem=plgpu.SMEM((2, WG_ROWS, block_m), out_gmem.dtype,
+        out_smem=plgpu.SMEM((wgs, WG_ROWS, block_m), out_gmem.dtype,
                             transforms=swizzled(out_gmem.dtype, block_m)),
         collective_axes="wg", **scratch,
     )
@@ -128,8 +139,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         tile = t // k_splits
         split = t - tile * k_splits  # (lax.rem here hangs Mosaic GPU's interpreter)
         # the weight tiles play tile_index's "m" role (output rows of y^T)
-        n_idx, m_idx = tile_index(tile, n // BLOCK, m // block_m, group_m)
-        n_slice = pl.ds(n_idx * BLOCK, BLOCK)
+        n_idx, m_idx = tile_index(tile, n // tile_rows, m // block_m, group_m)
+        n_slice = pl.ds(n_idx * tile_rows, tile_rows)
         m_slice = pl.ds(m_idx * block_m, block_m)
         context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem.at[split],
                                     row_slice=n_slice, col_slice=m_slice, parts=k_parts > 1)
@@ -145,7 +156,7 @@ def _x_tile(m: int) -> int:
     return next(b for b in X_TILES if b >= min(m, BLOCK))
 
 
-def decode_params(m: int, n: int, k: int, sms: int) -> dict:
+def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     """Settings for small M (weight-streaming): the smallest x tile holding M's rows, and K cut
     into ranges (their results summed afterwards) so that the CTAs fill whole waves of SMs:
     the fewest ranges whose wave fill is within 0.2 of the best, each range at least eight
@@ -153,14 +164,15 @@ def decode_params(m: int, n: int, k: int, sms: int) -> dict:
     1/2/4/8 ranges: 1.01x the fastest choice on geomean, 1.26x at worst (4096x6144, M=256);
     filling every SM at any cost was 1.06x / 1.39x.)"""
     block_m = _x_tile(m)
-    ctas, k_blocks = n // BLOCK * cdiv(m, block_m), k // BLOCK
+    ctas, k_blocks = n // (compute_wgs * WG_ROWS) * cdiv(m, block_m), k // BLOCK
     options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
     fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}
     best = max(fill.values())
-    return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2))
+    return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2),
+                compute_wgs=compute_wgs)
 
 
-def det_params(m: int, n: int, k: int, sms: int) -> dict:
+def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     """Deterministic mode's settings: K always summed as P = det_k_parts(K) contiguous parts,
     each from zero, added in K order. Only the launch follows M, never the order: the P parts
     run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where that is
@@ -176,16 +188,17 @@ def det_params(m: int, n: int, k: int, sms: int) -> dict:
     parts = det_k_parts(k * count, BLOCK)
     local = device_ranges(parts, k * count, count)
     block_m = max(DET_MIN_X_TILE, _x_tile(m))
+    wgs = compute_wgs
     rows = cdiv(m, block_m) * block_m
-    fill = min(1.0, n // BLOCK * (rows // block_m) / sms)
+    fill = min(1.0, n // (wgs * WG_ROWS) * (rows // block_m) / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
     if shards is not None or ranges:
-        return dict(block_m=block_m, k_splits=local, k_parts=1)
-    return dict(block_m=block_m, k_splits=1, k_parts=parts)
+        return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=wgs)
+    return dict(block_m=block_m, k_splits=1, k_parts=parts, compute_wgs=wgs)
 
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
-                  deterministic: bool = False) -> dict:
+                  deterministic: bool = False, compute_wgs: int = 2) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
@@ -194,9 +207,9 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     M=1 and 16: -1 to +4% for fp8 weights, +7-15% for a 4-bit stream; at 128-row tiles only
     one stage of two blocks fits: 0.37x)."""
     if deterministic:
-        small = det_params(m, n, k, num_sms())
+        small = det_params(m, n, k, num_sms(), compute_wgs)
     else:
-        small = decode_params(m, n, k, num_sms()) if m <= SPLIT_MAX_M else {}
+        small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
     if small.get("block_m", BLOCK) <= TWO_BLOCK_MAX_X_TILE and per_part % 2 == 0:
         small["blocks_per_step"] = 2
@@ -204,11 +217,12 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
-            a_in_registers: bool, blocks: int = 1) -> int:
+            a_in_registers: bool, blocks: int = 1, wgs: int = 2) -> int:
     # w, x and scale tiles of `blocks` K-blocks
-    per_step = blocks * (BLOCK * BLOCK + block_m * BLOCK * x_bytes + BLOCK * 4)
-    fixed = 2 * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
-                                                 2 * blocks * WG_ROWS * BLOCK * x_bytes)
+    tile_rows = wgs * WG_ROWS
+    per_step = blocks * (tile_rows * BLOCK + block_m * BLOCK * x_bytes + tile_rows * 4)
+    fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
+                                                   wgs * blocks * WG_ROWS * BLOCK * x_bytes)
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
         return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
@@ -222,7 +236,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               scale_kind: str = "block", out_dtype=None,
                               stages: int | None = None, group_m: int = 8,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
-                              blocks_per_step: int = 1, a_in_registers: bool = True,
+                              blocks_per_step: int = 1, compute_wgs: int = 2,
+                              a_in_registers: bool = True, fast_convert: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -230,8 +245,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     last two run the same per-128-K promotion with the row's one scale (W8A16 per-channel /
     per-tensor at prefill sizes without the dense path's converted copy of the weight).
     stages: pipeline steps in flight; None: 3 with 128-row x tiles, else as many as fit up to
-    8, each halved (at least 2) with two blocks per step (a step holds blocks_per_step 16 KB
-    weight tiles and block_m x 128 x tiles).
+    8, each halved (at least 2) with two blocks per step (a step holds blocks_per_step weight
+    tiles of 64 * compute_wgs rows x 128 bytes and block_m x 128 x tiles).
     group_m: weight tile rows launched together (their x tiles shared in L2; see
     mgpu_common.tile_index).
     block_m: x rows per CTA tile, one of X_TILES (wgmma's N): small for decode (M padded to it).
@@ -243,8 +258,15 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     at every M: P ranges at small M, P in-CTA parts at large M (det_params).
     blocks_per_step: 128-wide K-blocks per pipeline step (1 or 2): with 2, both blocks' wgmmas
     are issued before the first is waited on; the sums are the same (blocks added in K order).
+    compute_wgs: compute warpgroups per CTA, 2 or 4 (64 weight rows each; N a multiple of
+    64 * compute_wgs): four pay each pipeline step's latency once for twice the weight bytes
+    (decode); their 104 registers per thread hold x tiles of up to FOUR_WG_MAX_X_TILE rows.
+    The sums are the same either way.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
+    fast_convert: e4m3 -> x's dtype by mgpu_convert (inline PTX: one conversion instruction
+    per weight pair) rather than Mosaic GPU's astype through float32 (three); the same values.
+    The interpreter always runs astype.
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
     m, k = x.shape
     n = w.shape[0]
@@ -255,6 +277,12 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if w.shape != (n, k) or k % BLOCK or n % BLOCK:
         raise ValueError(f"w must be (N, K) with N and K multiples of {BLOCK}; got w "
                          f"{tuple(w.shape)} for x {tuple(x.shape)}")
+    if compute_wgs not in COMPUTE_WGS or n % (compute_wgs * WG_ROWS):
+        raise ValueError(f"compute_wgs must be one of {COMPUTE_WGS} with N={n} a multiple of "
+                         f"{WG_ROWS} * compute_wgs, got {compute_wgs!r}")
+    if compute_wgs == 4 and block_m > FOUR_WG_MAX_X_TILE:
+        raise ValueError(f"compute_wgs=4 holds x tiles of up to {FOUR_WG_MAX_X_TILE} rows "
+                         f"(104 registers per thread), got block_m={block_m}")
     scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
     if scale_kind not in scale_shape:
         raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
@@ -278,13 +306,15 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
     return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
-                   blocks_per_step=blocks_per_step, a_in_registers=a_in_registers,
+                   blocks_per_step=blocks_per_step, compute_wgs=compute_wgs,
+                   a_in_registers=a_in_registers, fast_convert=fast_convert,
                    interpret=interpret)
 
 
 def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
             block_m, k_splits, k_parts, a_in_registers, interpret,
-            blocks_per_step: int = 1) -> jax.Array:
+            blocks_per_step: int = 1, compute_wgs: int = 2,
+            fast_convert: bool = True) -> jax.Array:
     """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
     or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
     m, k = x.shape
@@ -294,15 +324,16 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     narrow = block_m * out_dtype.itemsize < 32
     kernel_out = jnp.dtype(F32) if writes_partials(k_splits) or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
-                     blocks_per_step)
+                     blocks_per_step, compute_wgs)
     mp = cdiv(m, block_m) * block_m
     if mp != m:  # zero rows, sliced off below
         x = jnp.pad(x, ((0, mp - m), (0, 0)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
-                          k_parts=k_parts, blocks=blocks_per_step),
+                          k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
+                          fast_convert=fast_convert and not interpret),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
-        n // BLOCK * (mp // block_m) * k_splits, interpret)
+        n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
     yt = sum_device_splits(call(w, x, ws_rows), k_splits, n, mp)  # ranges in K order
     return yt.T[:m].astype(out_dtype)

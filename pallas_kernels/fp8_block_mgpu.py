@@ -36,7 +36,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv
 from .fp8_heuristics import num_sms
 from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
-                          two_warpgroup_pipeline, weight_scale_rows)
+                          warpgroup_pipeline, weight_scale_rows)
 
 __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
@@ -74,7 +74,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
         return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, BLOCK), F32)] * blocks)
 
     def pipeline(body_fn, context):
-        return two_warpgroup_pipeline(body_fn, context, steps=k // step_k, stages=stages,
+        return warpgroup_pipeline(body_fn, context, steps=k // step_k, stages=stages,
                                       in_specs=[
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),

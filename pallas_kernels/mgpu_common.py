@@ -1,22 +1,26 @@
-"""Pieces the Mosaic GPU fp8 kernels share: CTA tiles of 128 rows (128 x 128 in fp8_block_mgpu,
-128 x 8..128 in fp8_block_a16_mgpu) computed by two compute warpgroups of 64 rows each, fed by a
-TMA warpgroup (plgpu's warp-specialized pipeline), launched in groups of tile rows, each
-warpgroup's rows stored through shared memory by TMA."""
+"""Pieces the Mosaic GPU fp8 kernels share: CTA tiles of 64 rows per compute warpgroup (two
+warpgroups: 128 x 128 in fp8_block_mgpu, 128 x 8..128 in fp8_block_a16_mgpu; four: 256 x 8..32
+in fp8_block_a16_mgpu at decode), fed by a TMA warpgroup (plgpu's warp-specialized pipeline),
+launched in groups of tile rows, each warpgroup's rows stored through shared memory by TMA."""
 
 from __future__ import annotations
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax._src import dtypes  # itemsize_bits: the public dtype API has no sub-byte sizes
+from jax._src.pallas.mosaic_gpu import pipeline as _pipeline  # _register_budget's workaround
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-__all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "two_warpgroup_pipeline",
-           "store_rows", "weight_scale_rows", "interpret_params", "mgpu_kernel"]
+__all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
+           "store_rows", "weight_scale_rows", "interpret_params", "mgpu_kernel", "COMPUTE_WGS"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
-WG_ROWS = 64  # output rows per compute warpgroup (two per CTA)
+WG_ROWS = 64  # output rows per compute warpgroup
+COMPUTE_WGS = (2, 4)  # compute warpgroups per CTA (plus the TMA one)
 # shared memory a CTA may allocate on sm_90 (what Mosaic GPU reports on the H200), less 2 KB
 # for the pipeline's barriers and alignment
 SMEM_BYTES = 232448 - 2048
@@ -39,17 +43,53 @@ def tile_index(t, m_tiles: int, n_tiles: int, group_m: int):
     return first_m + (t % width) % rows, (t % width) // rows
 
 
-def two_warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int):
-    """plgpu's warp-specialized pipeline over `steps` K-steps: a TMA warpgroup, two compute
-    warpgroups running `body` inside `context`."""
-    return plgpu.emit_pipeline_warp_specialized(
-        body, grid=(steps,), memory_registers=40, in_specs=in_specs, wg_axis="wg",
-        num_compute_wgs=2, max_concurrent_steps=stages, compute_context=context)
+MEMORY_REGISTERS = 40  # per thread of the TMA warpgroup (setmaxnreg.dec)
+
+
+def _register_budget(compute_wgs: int) -> int:
+    """Registers per compute thread that `setmaxnreg.inc` can get: ptxas launches a kernel that
+    uses setmaxnreg at its cap, 65536 / threads rounded down to 8 (168 for three warpgroups, 96
+    for five), and an increase draws only on what the TMA warpgroup's decrease frees. Upstream
+    (jax 0.11.2 pipeline._compute_registers) divides 512 - 40 per 128 threads instead: right
+    for two compute warpgroups (232), but 112 for four, which the pool cannot give -- the
+    kernel hangs (H200, session 8: 104 runs)."""
+    cap = 65536 // (128 * (compute_wgs + 1)) // 8 * 8
+    return (cap + (cap - MEMORY_REGISTERS) // compute_wgs) // 8 * 8
+
+
+@contextlib.contextmanager
+def _compute_registers(compute_wgs: int):
+    # the pipeline reads the budget when traced, inside the kernel: patched for that call only
+    original = _pipeline._compute_registers
+    _pipeline._compute_registers = lambda memory, n: _register_budget(n)
+    try:
+        yield
+    finally:
+        _pipeline._compute_registers = original
+
+
+def warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int,
+                       compute_wgs: int = 2):
+    """plgpu's warp-specialized pipeline over `steps` K-steps: a TMA warpgroup, compute_wgs
+    (two by default) compute warpgroups running `body` inside `context`, with the registers
+    per compute thread of _register_budget (232 for two, 104 for four -- enough for x tiles of
+    up to 32 rows)."""
+    pipeline = plgpu.emit_pipeline_warp_specialized(
+        body, grid=(steps,), memory_registers=MEMORY_REGISTERS, in_specs=in_specs,
+        wg_axis="wg", num_compute_wgs=compute_wgs, max_concurrent_steps=stages,
+        compute_context=context)
+
+    def run(*gmem_refs, **kw):
+        with _compute_registers(compute_wgs):
+            return pipeline(*gmem_refs, **kw)
+    run.get_allocations = pipeline.get_allocations
+    return run
 
 
 def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False) -> None:
     """A pipeline's compute context: run it from a zero float32 total, then store this
-    warpgroup's 64 rows of the tile through shared memory (out_smem: (2, 64, tile columns)).
+    warpgroup's 64 rows of the tile through shared memory (out_smem: (compute warpgroups, 64,
+    tile columns)).
     parts: the carry is (running part, sum of finished parts), both from zero; the latter is
     stored."""
     wg = lax.axis_index("wg")
@@ -78,10 +118,11 @@ def interpret_params(interpret) -> plgpu.InterpretGPUParams | bool:
     return plgpu.InterpretGPUParams() if interpret else False
 
 
-def mgpu_kernel(body, out_type: jax.ShapeDtypeStruct, ctas: int, interpret):
-    """plgpu.kernel with a 1-D grid named "tile" and three warpgroups named "wg"."""
+def mgpu_kernel(body, out_type: jax.ShapeDtypeStruct, ctas: int, interpret,
+                compute_wgs: int = 2):
+    """plgpu.kernel with a 1-D grid named "tile" and compute_wgs + 1 warpgroups named "wg"."""
     return plgpu.kernel(
-        body, out_type=out_type, grid=(ctas,), grid_names=("tile",), num_threads=3,
+        body, out_type=out_type, grid=(ctas,), grid_names=("tile",), num_threads=compute_wgs + 1,
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup),

@@ -86,10 +86,14 @@ def test_decode_params_fill_whole_waves():
             (7168, 24576): 2, (18432, 7168): 2, (4096, 6144): 2}
     for (k, n), splits in best.items():
         for m, block_m in ((1, 8), (16, 16), (64, 64)):
-            assert decode_params(m, n, k, 132) == dict(block_m=block_m, k_splits=splits)
-    assert decode_params(9, 4096, 512, 132) == dict(block_m=16, k_splits=1)  # 4 blocks: whole
-    assert decode_params(256, 4096, 14336, 132) == dict(block_m=128, k_splits=2)
+            assert decode_params(m, n, k, 132, compute_wgs=2) == dict(
+                block_m=block_m, k_splits=splits, compute_wgs=2)
+    assert decode_params(9, 4096, 512, 132, 2)["k_splits"] == 1  # 4 K-blocks: whole
+    assert decode_params(256, 4096, 14336, 132) == dict(block_m=128, k_splits=2, compute_wgs=2)
     assert decode_params(100, 256, 4096, 132)["block_m"] == 128
+    # four warpgroups (256-row weight tiles): half the tiles, so twice the K ranges where
+    # those fill the SMs
+    assert decode_params(1, 8192, 8192, 132, 4) == dict(block_m=8, k_splits=4, compute_wgs=4)
 
 
 def test_stages_must_fit_shared_memory(rng):
@@ -103,6 +107,12 @@ def test_stages_must_fit_shared_memory(rng):
     with pytest.raises(ValueError, match=r"k_parts must be a positive int dividing the K-blocks "
                                          r"of a K range \(1\)"):
         fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=2, k_parts=2)
+    with pytest.raises(ValueError, match=r"compute_wgs must be one of \(2, 4\) with N=128 a "
+                                         r"multiple of 64 \* compute_wgs, got 4"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=8)
+    x, w, ws = _operands(rng, 8, 256, 256)
+    with pytest.raises(ValueError, match="compute_wgs=4 holds x tiles of up to 32 rows"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=64)
 
 
 @pytest.mark.parametrize("scale_kind", ["channel", "tensor"])
@@ -113,12 +123,13 @@ def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
     _check(y, x, w, ws, jnp.float32)
 
 
-@pytest.mark.parametrize("a_in_registers,k_parts,blocks", [(True, 1, 1), (False, 1, 1),
-                                                           (True, 4, 1), (True, 1, 2)])
-def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks):
-    args = _operands(rng, 256, 384, 1024)
-    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, a_in_registers=a_in_registers,
-                                                     k_parts=k_parts, blocks_per_step=blocks))
+@pytest.mark.parametrize("a_in_registers,k_parts,blocks,wgs", [
+    (True, 1, 1, 2), (False, 1, 1, 2), (True, 4, 1, 2), (True, 1, 2, 2), (True, 1, 2, 4)])
+def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs):
+    args = _operands(rng, 16 if wgs == 4 else 256, 512, 1024)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
+        *a, a_in_registers=a_in_registers, k_parts=k_parts, blocks_per_step=blocks,
+        compute_wgs=wgs, block_m=16 if wgs == 4 else 128))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -132,6 +143,19 @@ def test_interpreter_two_blocks_per_step_give_the_same_bits(rng, m, params):
         interpret=True, **params)) for b in (1, 2))
     np.testing.assert_array_equal(y2, y1)
     _check(jnp.asarray(y2), x, w, ws, jnp.float32)
+
+
+@pytest.mark.parametrize("m,params", [(5, dict(block_m=16, k_splits=2, blocks_per_step=2)),
+                                      (20, dict(block_m=32, k_parts=2))])
+def test_interpreter_four_warpgroups_give_the_same_bits(rng, m, params):
+    """256-row weight tiles (four compute warpgroups) give every row the bits of 128-row
+    tiles: a row's K order is the same."""
+    x, w, ws = _operands(rng, m, 512, 1024)
+    y2, y4 = (np.asarray(fp8_block_a16_matmul_mgpu(
+        x, w, ws, out_dtype=jnp.float32, compute_wgs=g, a_in_registers=False, interpret=True,
+        **params)) for g in (2, 4))
+    np.testing.assert_array_equal(y4, y2)
+    _check(jnp.asarray(y4), x, w, ws, jnp.float32)
 
 
 def test_rejects_bad_operands(rng):
@@ -183,6 +207,7 @@ def _fixed_order_rows(rng, ms, n, k, interpret):
         for form in (dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)):
             y = fp8_block_a16_matmul_mgpu(
                 x_all[:m], w, ws, out_dtype=jnp.float32, block_m=p["block_m"],
+                compute_wgs=p["compute_wgs"],
                 a_in_registers=not interpret, interpret=interpret, **form)
             rows.append(np.asarray(y[0]))
     return rows
@@ -207,7 +232,8 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
     assert det_params(64, 4096, 4096, 132)["k_splits"] == 8  # 32 tiles: 1/4 of the SMs busy
     assert det_params(256, 4096, 4096, 132)["k_parts"] == 8  # partials 2x the weight's bytes
     with k_shards("tp", 2):  # a device's K-slice: its half of the parts, always as ranges
-        assert det_params(4096, 28672, 2048, 132) == dict(block_m=128, k_splits=4, k_parts=1)
+        assert det_params(4096, 28672, 2048, 132) == dict(block_m=128, k_splits=4, k_parts=1,
+                                                          compute_wgs=2)
     with k_shards("tp", 16), pytest.raises(KShardError, match="multiple of 16"):
         det_params(1, 4096, 256, 132)
 
@@ -229,6 +255,18 @@ def test_gpu_two_blocks_per_step_give_the_same_bits(rng, m, params):
         *a, out_dtype=jnp.float32, blocks_per_step=b, **params))(x, w, ws)) for b in (1, 2))
     np.testing.assert_array_equal(y2, y1)
     _check(jnp.asarray(y2), x, w, ws, jnp.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(1, dict(block_m=16, k_splits=4, blocks_per_step=2)),
+                                      (32, dict(block_m=32, k_splits=2)),
+                                      (9, dict(block_m=16, k_parts=8))])
+def test_gpu_four_warpgroups_give_the_same_bits(rng, m, params):
+    x, w, ws = _operands(rng, m, 2560, 7168)
+    y2, y4 = (np.asarray(jax.jit(lambda *a, g=g: fp8_block_a16_matmul_mgpu(
+        *a, out_dtype=jnp.float32, compute_wgs=g, **params))(x, w, ws)) for g in (2, 4))
+    np.testing.assert_array_equal(y4, y2)
+    _check(jnp.asarray(y4), x, w, ws, jnp.float32)
 
 
 @pytest.mark.gpu
