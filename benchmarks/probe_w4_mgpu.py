@@ -25,17 +25,16 @@ from pallas_kernels.fp8_block_a16_mgpu import _launch, launch_params
 from pallas_kernels.mgpu_common import weight_scale_rows
 
 
-STREAMS = ("int4", "fp8", "fp8_astype", "int8", "bf16")
+STREAMS = ("int4", "fp8", "int8", "bf16")
 # the weight format each stream's bytes come from (None: the bf16 baseline's matrix)
-STREAM_FORMATS = {"int4": "nvfp4_a16", "fp8": "fp8_block_a16", "fp8_astype": "fp8_block_a16",
-                  "int8": "fp8_block_a16", "bf16": None}
+STREAM_FORMATS = {"int4": "nvfp4_a16", "fp8": "fp8_block_a16", "int8": "fp8_block_a16",
+                  "bf16": None}
 
 
 def stream_op(weights: str = "int4", a_in_registers: bool = True,
               stages: int | None = None, blocks: int = 1, wgs: int = 2) -> bench.Op:
     """The Mosaic W8A16 kernel with its decode settings on: the NVFP4 weight's bytes as int4
-    codes with unit scales (weights="int4", see the docstring); fp8_block_a16 weights ("fp8";
-    "fp8_astype": converted by Mosaic GPU's astype through f32, not mgpu_convert's PTX);
+    codes with unit scales (weights="int4", see the docstring); fp8_block_a16 weights ("fp8");
     the same bytes read as int8 ("int8": Mosaic's prmt-based int8 -> bf16 conversion instead of
     e4m3 -> f32 -> bf16 -- same bytes, cheaper conversion; wrong products, time only); or the
     bf16 baseline's weights ("bf16": twice the bytes, no conversion -- the structure's own
@@ -56,13 +55,13 @@ def stream_op(weights: str = "int4", a_in_registers: bool = True,
             codes = jax.lax.bitcast_convert_type(qw.data, jnp.int8)
         elif weights == "bf16":  # the kernel sizes its stages for 1-byte weights
             codes = qw
-        else:  # fp8, fp8_astype
+        else:
             codes, rows = qw.data, weight_scale_rows(qw.scale, "block", n, k)
         params = {"group_m": 8, "block_m": 128, "k_splits": 1, "k_parts": 1,
                   **launch_params(x.shape[0], n, k, interpret, compute_wgs=wgs),
                   "a_in_registers": a_in_registers,
                   "stages": stages or (max(2, 4 // blocks) if weights == "bf16" else None),
-                  "blocks_per_step": blocks, "fast_convert": weights != "fp8_astype"}
+                  "blocks_per_step": blocks}
         return _launch(x, codes, rows, out_dtype=jnp.dtype(x.dtype), interpret=interpret,
                        **params)
     name = (f"mgpu_{weights}_stream" + ("" if a_in_registers else "_smem")

@@ -43,7 +43,6 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
-from .mgpu_convert import e4m3_to_16bit
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
                           swizzled, tile_index, warpgroup_pipeline, weight_scale_rows)
 
@@ -66,7 +65,7 @@ FOUR_WG_MAX_X_TILE = 32
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int, fast_convert: bool):
+            wgs: int):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = x_gmem.shape[0]
@@ -93,13 +92,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             for j, acc in enumerate(accs):  # every block's wgmma issued first (asynchronous)
                 cols = pl.ds(j * BLOCK, BLOCK)
                 # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas (the
-                # int4 weights of benchmarks/probe_w4_mgpu.py convert directly): its route
-                # through f32 or mgpu_convert's (the same values, fewer conversions)
+                # int4 weights of benchmarks/probe_w4_mgpu.py convert directly). Not the
+                # limiter: one PTX cvt per pair plus integer ops instead ran 0-13% slower
+                # (session 8, NOTES.md)
                 w = w_smem[rows, cols]
-                if w.dtype == E4M3 and fast_convert:
-                    w = e4m3_to_16bit(w, x_gmem.dtype)
-                else:
-                    w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
+                w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
                 if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
                     a_smem[wg * blocks + j] = w
                     plgpu.commit_smem()
@@ -237,7 +234,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               stages: int | None = None, group_m: int = 8,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
                               blocks_per_step: int = 1, compute_wgs: int = 2,
-                              a_in_registers: bool = True, fast_convert: bool = True,
+                              a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -264,9 +261,6 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     The sums are the same either way.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
-    fast_convert: e4m3 -> x's dtype by mgpu_convert (inline PTX: one conversion instruction
-    per weight pair) rather than Mosaic GPU's astype through float32 (three); the same values.
-    The interpreter always runs astype.
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
     m, k = x.shape
     n = w.shape[0]
@@ -307,14 +301,12 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs,
-                   a_in_registers=a_in_registers, fast_convert=fast_convert,
-                   interpret=interpret)
+                   a_in_registers=a_in_registers, interpret=interpret)
 
 
 def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
             block_m, k_splits, k_parts, a_in_registers, interpret,
-            blocks_per_step: int = 1, compute_wgs: int = 2,
-            fast_convert: bool = True) -> jax.Array:
+            blocks_per_step: int = 1, compute_wgs: int = 2) -> jax.Array:
     """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
     or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
     m, k = x.shape
@@ -331,8 +323,7 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
-                          k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
-                          fast_convert=fast_convert and not interpret),
+                          k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
     yt = sum_device_splits(call(w, x, ws_rows), k_splits, n, mp)  # ranges in K order

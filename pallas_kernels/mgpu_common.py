@@ -1,6 +1,6 @@
 """Pieces the Mosaic GPU fp8 kernels share: CTA tiles of 64 rows per compute warpgroup (two
-warpgroups: 128 x 128 in fp8_block_mgpu, 128 x 8..128 in fp8_block_a16_mgpu; four: 256 x 8..32
-in fp8_block_a16_mgpu at decode), fed by a TMA warpgroup (plgpu's warp-specialized pipeline),
+warpgroups: 128 x 128 in fp8_block_mgpu, 128 x 8..128 in fp8_block_a16_mgpu; four, an option
+of fp8_block_a16_mgpu: 256 x 8..32), fed by a TMA warpgroup (plgpu's warp-specialized pipeline),
 launched in groups of tile rows, each warpgroup's rows stored through shared memory by TMA."""
 
 from __future__ import annotations
