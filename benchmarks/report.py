@@ -255,6 +255,18 @@ def main() -> int:
          "pipeline step (session 7, 6 shapes; supersedes the table above there)"),
         ("h200_fp8_grid_s7_per_tensor_a16.json", "FP8 per-tensor W8A16 at M=1-256 with the "
          "session-7 settings (11 shapes; `[det]`: the Mosaic kernel's deterministic schedule)"),
+        ("h200_probe_streams_s8.json", "What bounds the Mosaic W8A16 kernel at decode (session "
+         "8 probe, benchmarks/probe_w4_mgpu.py, 4 shapes): the kernel on bf16 weights (twice the "
+         "bytes, no conversion) runs at XLA's bf16 speed; on fp8, int8 and int4 bytes a 128x128 "
+         "block costs ~0.6 us per SM whatever its bytes"),
+        ("h200_probe_wg4_s8.json", "The same with four compute warpgroups (256-row weight "
+         "tiles, `_wg4`) and two K-blocks per step (session 8, 6 shapes): no gain for fp8, "
+         "+9-17% for the int4 stream on large shapes"),
+        ("h200_probe_convert_s8.json", "e4m3 -> bf16 by inline PTX (`fp8_stream`, one cvt per "
+         "pair plus integer ops; removed) against Mosaic's astype through f32 "
+         "(`fp8_astype_stream`), session 8: the PTX route is 0-12% slower"),
+        ("h200_fp8_grid_s8_convert.json", "FP8 W8A16 through the dispatcher with that inline-PTX "
+         "conversion (session 8, withdrawn: 5-13% slower than session 7 at M >= 256)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
