@@ -185,13 +185,12 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     parts = det_k_parts(k * count, BLOCK)
     local = device_ranges(parts, k * count, count)
     block_m = max(DET_MIN_X_TILE, _x_tile(m))
-    wgs = compute_wgs
     rows = cdiv(m, block_m) * block_m
-    fill = min(1.0, n // (wgs * WG_ROWS) * (rows // block_m) / sms)
+    fill = min(1.0, n // (compute_wgs * WG_ROWS) * (rows // block_m) / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
     if shards is not None or ranges:
-        return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=wgs)
-    return dict(block_m=block_m, k_splits=1, k_parts=parts, compute_wgs=wgs)
+        return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs)
+    return dict(block_m=block_m, k_splits=1, k_parts=parts, compute_wgs=compute_wgs)
 
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
@@ -202,7 +201,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     K ranges. With x tiles of <= TWO_BLOCK_MAX_X_TILE rows, two K-blocks per pipeline step
     where every K part holds an even number (the same sums; session 7 call 6 on 4 shapes at
     M=1 and 16: -1 to +4% for fp8 weights, +7-15% for a 4-bit stream; at 128-row tiles only
-    one stage of two blocks fits: 0.37x)."""
+    one stage of two blocks fits: 0.37x). compute_wgs: warpgroups per CTA for the tile count
+    (the dispatcher: 2)."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs)
     else:
@@ -256,9 +256,11 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     blocks_per_step: 128-wide K-blocks per pipeline step (1 or 2): with 2, both blocks' wgmmas
     are issued before the first is waited on; the sums are the same (blocks added in K order).
     compute_wgs: compute warpgroups per CTA, 2 or 4 (64 weight rows each; N a multiple of
-    64 * compute_wgs): four pay each pipeline step's latency once for twice the weight bytes
-    (decode); their 104 registers per thread hold x tiles of up to FOUR_WG_MAX_X_TILE rows.
-    The sums are the same either way.
+    64 * compute_wgs): four stream twice the weight bytes per pipeline step; their 104
+    registers per thread hold x tiles of up to FOUR_WG_MAX_X_TILE rows. The sums are the same
+    either way. H200, session 8 at M=1/16: no faster for e4m3 weights (0-12% slower), +9-17%
+    for a 4-bit stream on large shapes (benchmarks/probe_w4_mgpu.py --wgs), so the dispatcher
+    keeps two.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""

@@ -75,7 +75,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
 
     def pipeline(body_fn, context):
         return warpgroup_pipeline(body_fn, context, steps=k // step_k, stages=stages,
-                                      in_specs=[
+                                  in_specs=[
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
             plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),

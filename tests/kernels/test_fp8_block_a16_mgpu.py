@@ -145,6 +145,22 @@ def test_interpreter_two_blocks_per_step_give_the_same_bits(rng, m, params):
     _check(jnp.asarray(y2), x, w, ws, jnp.float32)
 
 
+def test_register_budget_is_what_setmaxnreg_can_give():
+    """ptxas launches a setmaxnreg kernel at 65536 / threads (rounded down to 8); an increase
+    draws only on what the TMA warpgroup's decrease to 40 frees. Two compute warpgroups: 168 at
+    launch, 232 after (upstream's split); four: 96 at launch, so 104, not upstream's 112 (which
+    hangs on the H200)."""
+    from jax._src.pallas.mosaic_gpu.pipeline import _compute_registers
+    from pallas_kernels.mgpu_common import MEMORY_REGISTERS, _register_budget
+    for wgs, want in ((2, 232), (4, 104)):
+        cap = 65536 // (128 * (wgs + 1)) // 8 * 8
+        got = _register_budget(wgs)
+        assert got == want and got % 8 == 0
+        assert wgs * (got - cap) <= cap - MEMORY_REGISTERS  # the pool covers the increase
+    assert _compute_registers(MEMORY_REGISTERS, 2) == 232
+    assert _compute_registers(MEMORY_REGISTERS, 4) == 112  # if this changes, revisit the patch
+
+
 @pytest.mark.parametrize("m,params", [(5, dict(block_m=16, k_splits=2, blocks_per_step=2)),
                                       (20, dict(block_m=32, k_parts=2))])
 def test_interpreter_four_warpgroups_give_the_same_bits(rng, m, params):
