@@ -32,7 +32,8 @@ STREAM_FORMATS = {"int4": "nvfp4_a16", "fp8": "fp8_block_a16", "int8": "fp8_bloc
 
 
 def stream_op(weights: str = "int4", a_in_registers: bool = True,
-              stages: int | None = None, blocks: int = 1, wgs: int = 2) -> bench.Op:
+              stages: int | None = None, blocks: int = 1, wgs: int = 2,
+              a_load: str = "wgmma") -> bench.Op:
     """The Mosaic W8A16 kernel with its decode settings on: the NVFP4 weight's bytes as int4
     codes with unit scales (weights="int4", see the docstring); fp8_block_a16 weights ("fp8");
     the same bytes read as int8 ("int8": Mosaic's prmt-based int8 -> bf16 conversion instead of
@@ -42,7 +43,9 @@ def stream_op(weights: str = "int4", a_in_registers: bool = True,
     (a_in_registers=False, what the interpreter runs) from shared memory; stages: pipeline
     depth (None: the kernel's, as many as fit up to 8 -- one CTA per SM at decode; bf16: 4);
     blocks: K-blocks per pipeline step; wgs: compute warpgroups per CTA (2 or 4: 64 weight
-    rows each; the K ranges follow from the resulting tile count as in the dispatcher)."""
+    rows each; the K ranges follow from the resulting tile count as in the dispatcher); a_load:
+    how the weight tile is read into registers (fp8_block_a16_matmul_mgpu's a_load; 8-bit
+    streams)."""
     interpret = jax.default_backend() == "cpu"
     a_in_registers = a_in_registers and not interpret
 
@@ -61,12 +64,13 @@ def stream_op(weights: str = "int4", a_in_registers: bool = True,
                   **launch_params(x.shape[0], n, k, interpret, compute_wgs=wgs),
                   "a_in_registers": a_in_registers,
                   "stages": stages or (max(2, 4 // blocks) if weights == "bf16" else None),
-                  "blocks_per_step": blocks}
+                  "blocks_per_step": blocks, "a_load": a_load}
         return _launch(x, codes, rows, out_dtype=jnp.dtype(x.dtype), interpret=interpret,
                        **params)
     name = (f"mgpu_{weights}_stream" + ("" if a_in_registers else "_smem")
             + ("" if stages is None else f"_stages{stages}")
-            + ("" if blocks == 1 else f"_blocks{blocks}") + ("" if wgs == 2 else f"_wg{wgs}"))
+            + ("" if blocks == 1 else f"_blocks{blocks}") + ("" if wgs == 2 else f"_wg{wgs}")
+            + ("" if a_load == "wgmma" else f"_{a_load}"))
     return bench.Op(name, STREAM_FORMATS[weights], "default", fn)
 
 
@@ -84,6 +88,9 @@ def main(argv=None) -> int:
     p.add_argument("--wgs", default="2",
                    help="comma list of compute warpgroups per CTA (2, 4) for the streams; 4 "
                         "skips bf16 (its 64 KB weight tiles)")
+    p.add_argument("--a-loads", default="wgmma",
+                   help="comma list of fp8_block_a16_matmul_mgpu a_load values for the 8-bit "
+                        "streams (fp8, int8), e.g. wgmma,upcast_2x,relabel_4x")
     p.add_argument("--streams", default="int4,fp8",
                    help=f"comma list of {STREAMS}: the streams timed (int4 also from shared "
                         "memory)")
@@ -99,8 +106,10 @@ def main(argv=None) -> int:
         ops.append(stream_op(a_in_registers=False))
     blocks = [1] + ([args.blocks] if args.blocks > 1 else [])
     # the interpreter runs only shared-memory A operands
-    ops += [stream_op(w, a_in_registers=not cpu, blocks=b, wgs=g)
-            for g in wgs for b in blocks for w in streams if not (g == 4 and w == "bf16")]
+    loads = [v for v in args.a_loads.split(",") if v]
+    ops += [stream_op(w, a_in_registers=not cpu, blocks=b, wgs=g, a_load=a)
+            for g in wgs for b in blocks for w in streams for a in loads
+            if not (g == 4 and w == "bf16") and (a == "wgmma" or w in ("fp8", "int8"))]
     ops += [stream_op(weights, stages=int(s)) for s in args.stages.split(",") if s
             for weights in streams]
     result = bench.run(bench.parse_shapes(args.shapes), [int(v) for v in args.m.split(",")],

@@ -36,6 +36,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -43,6 +44,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
+from . import mgpu_relabel
+from .mgpu_relabel import TILE as RELABEL_TILE, permute_x, relabel
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
                           swizzled, tile_index, warpgroup_pipeline, weight_scale_rows)
 
@@ -58,6 +61,8 @@ SPLIT_MAX_M = 256
 # CI checks bitwise starts at 16 rows on every backend.
 DET_MIN_X_TILE = 16
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
+# how a warpgroup reads its weight tile (see a_load)
+A_LOADS = ("wgmma", "upcast_2x", "relabel_4x")
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
 FOUR_WG_MAX_X_TILE = 32
@@ -65,7 +70,7 @@ FOUR_WG_MAX_X_TILE = 32
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int):
+            wgs: int, a_load: str):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = x_gmem.shape[0]
@@ -95,7 +100,15 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 # int4 weights of benchmarks/probe_w4_mgpu.py convert directly). Not the
                 # limiter: one PTX cvt per pair plus integer ops instead ran 0-13% slower
                 # (session 8, NOTES.md)
-                w = w_smem[rows, cols]
+                if a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
+                    w = w_smem[rows, cols]
+                elif a_load == "upcast_2x":  # 16 32-bit loads, then a shuffle per register
+                    w = plgpu.layout_cast(plgpu.load(w_smem.at[rows, cols],
+                                                     layout=plgpu.Layout.WGMMA_UPCAST_2X),
+                                          plgpu.Layout.WGMMA)
+                else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)
+                    w = relabel(plgpu.load(w_smem.at[rows, cols],
+                                           layout=plgpu.Layout.WGMMA_UPCAST_4X))
                 w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
                 if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
                     a_smem[wg * blocks + j] = w
@@ -234,7 +247,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               stages: int | None = None, group_m: int = 8,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
                               blocks_per_step: int = 1, compute_wgs: int = 2,
-                              a_in_registers: bool = True,
+                              a_load: str = "wgmma", a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -261,6 +274,16 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     either way. H200, session 8 at M=1/16: no faster for e4m3 weights (0-12% slower), +9-17%
     for a 4-bit stream on large shapes (benchmarks/probe_w4_mgpu.py --wgs), so the dispatcher
     keeps two.
+    a_load: how a compute warpgroup reads its 64 x 128 weight tile from shared memory:
+      "wgmma" straight into wgmma's register layout (two 8-bit values per load: 32 loads per
+      thread and K-block); "upcast_2x" through Mosaic's WGMMA_UPCAST_2X layout (four per load,
+      then one warp shuffle per register into wgmma's layout: 16 + 16) -- the same values;
+      "relabel_4x" through WGMMA_UPCAST_4X (eight per load: 8 loads) with the registers
+      declared as wgmma's layout as they are, which permutes K inside every 32 columns; x is
+      permuted to match (mgpu_relabel: the same products, summed in another order -- bits may
+      differ from "wgmma"; the interpreter permutes w instead). Prepared in session 8 (CPU
+      only) to test whether shared-memory load instructions bound the decode kernel
+      (benchmarks/NOTES.md); the dispatcher uses "wgmma".
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -276,6 +299,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if compute_wgs not in COMPUTE_WGS or n % (compute_wgs * WG_ROWS):
         raise ValueError(f"compute_wgs must be one of {COMPUTE_WGS} with N={n} a multiple of "
                          f"{WG_ROWS} * compute_wgs, got {compute_wgs!r}")
+    if a_load not in A_LOADS:
+        raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
     if compute_wgs == 4 and block_m > FOUR_WG_MAX_X_TILE:
         raise ValueError(f"compute_wgs=4 holds x tiles of up to {FOUR_WG_MAX_X_TILE} rows "
                          f"(104 registers per thread), got block_m={block_m}")
@@ -302,17 +327,26 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
     return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
-                   blocks_per_step=blocks_per_step, compute_wgs=compute_wgs,
+                   blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
                    a_in_registers=a_in_registers, interpret=interpret)
 
 
 def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
             block_m, k_splits, k_parts, a_in_registers, interpret,
-            blocks_per_step: int = 1, compute_wgs: int = 2) -> jax.Array:
+            blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma"
+            ) -> jax.Array:
     """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
     or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
     m, k = x.shape
     n = w.shape[0]
+    if a_load == "relabel_4x":
+        if w.dtype.itemsize != 1:
+            raise ValueError(f"a_load='relabel_4x' reads 8-bit weights, got {w.dtype}")
+        x = permute_x(x)
+        if interpret:  # the interpreter cannot run inline Mosaic GPU: the same tile, by jnp
+            inverse = np.argsort(mgpu_relabel.column_permutation())
+            w = w.reshape(n, k // RELABEL_TILE[1], RELABEL_TILE[1])[:, :, inverse].reshape(n, k)
+            a_load = "wgmma"
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32
@@ -325,7 +359,8 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
-                          k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs),
+                          k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
+                          a_load=a_load),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
     yt = sum_device_splits(call(w, x, ws_rows), k_splits, n, mp)  # ranges in K order

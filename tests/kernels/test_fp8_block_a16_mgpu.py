@@ -111,6 +111,9 @@ def test_stages_must_fit_shared_memory(rng):
                                          r"multiple of 64 \* compute_wgs, got 4"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=8)
     x, w, ws = _operands(rng, 8, 256, 256)
+    with pytest.raises(ValueError, match=r"a_load must be one of \('wgmma', 'upcast_2x', "
+                                         r"'relabel_4x'\), got 'ldmatrix'"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, a_load="ldmatrix")
     with pytest.raises(ValueError, match="compute_wgs=4 holds x tiles of up to 32 rows"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=64)
 
@@ -123,13 +126,16 @@ def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
     _check(y, x, w, ws, jnp.float32)
 
 
-@pytest.mark.parametrize("a_in_registers,k_parts,blocks,wgs", [
-    (True, 1, 1, 2), (False, 1, 1, 2), (True, 4, 1, 2), (True, 1, 2, 2), (True, 1, 2, 4)])
-def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs):
-    args = _operands(rng, 16 if wgs == 4 else 256, 512, 1024)
+@pytest.mark.parametrize("a_in_registers,k_parts,blocks,wgs,a_load", [
+    (True, 1, 1, 2, "wgmma"), (False, 1, 1, 2, "wgmma"), (True, 4, 1, 2, "wgmma"),
+    (True, 1, 2, 2, "wgmma"), (True, 1, 2, 4, "wgmma"), (True, 1, 2, 2, "upcast_2x"),
+    (True, 1, 2, 2, "relabel_4x")])
+def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs, a_load):
+    small = wgs == 4 or a_load != "wgmma"
+    args = _operands(rng, 16 if small else 256, 512, 1024)
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, a_in_registers=a_in_registers, k_parts=k_parts, blocks_per_step=blocks,
-        compute_wgs=wgs, block_m=16 if wgs == 4 else 128))
+        compute_wgs=wgs, block_m=16 if small else 128, a_load=a_load))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -172,6 +178,34 @@ def test_interpreter_four_warpgroups_give_the_same_bits(rng, m, params):
         **params)) for g in (2, 4))
     np.testing.assert_array_equal(y4, y2)
     _check(jnp.asarray(y4), x, w, ws, jnp.float32)
+
+
+def test_relabel_permutes_k_inside_32_columns():
+    """The UPCAST_4X -> WGMMA relabelling (mgpu_relabel, derived from the layouts' tilings):
+    one bijection of the 128 columns of a K-block, moving columns only inside their 32-column
+    chunk, the same in every chunk, and identity on pairs (0, 1) -- the register pairs stay
+    whole."""
+    from pallas_kernels.mgpu_relabel import column_permutation
+    p = column_permutation()
+    assert sorted(p.tolist()) == list(range(128))
+    chunks = p.reshape(4, 32)
+    assert all(np.array_equal(chunks[i] - 32 * i, chunks[0]) for i in range(4))
+    assert np.all(p[1::2] == p[::2] + 1) and p[2] == 8  # 2 -> 8: the first moved pair
+
+
+@pytest.mark.parametrize("a_load", ["upcast_2x", "relabel_4x"])
+def test_interpreter_a_loads_match_float64(rng, a_load):
+    """The weight tile read through another register layout: upcast_2x gives the bits of
+    "wgmma"; relabel_4x (K permuted in w and x alike; here the interpreter's jnp route) the same
+    product within the float64 bound."""
+    x, w, ws = _operands(rng, 5, 256, 1024)
+    run = lambda a: np.asarray(fp8_block_a16_matmul_mgpu(
+        x, w, ws, out_dtype=jnp.float32, interpret=True, a_in_registers=False, block_m=16,
+        k_splits=2, a_load=a))
+    y = run(a_load)
+    if a_load == "upcast_2x":
+        np.testing.assert_array_equal(y, run("wgmma"))
+    _check(jnp.asarray(y), x, w, ws, jnp.float32)
 
 
 def test_rejects_bad_operands(rng):
@@ -283,6 +317,22 @@ def test_gpu_four_warpgroups_give_the_same_bits(rng, m, params):
         *a, out_dtype=jnp.float32, compute_wgs=g, **params))(x, w, ws)) for g in (2, 4))
     np.testing.assert_array_equal(y4, y2)
     _check(jnp.asarray(y4), x, w, ws, jnp.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(1, dict(block_m=8, k_splits=4)),
+                                      (16, dict(block_m=16, k_splits=2, blocks_per_step=2)),
+                                      (300, {})])
+def test_gpu_a_loads_match_float64(rng, m, params):
+    """Session 8's prepared weight-tile reads on the GPU: upcast_2x bitwise "wgmma";
+    relabel_4x (inline register relabelling, x permuted) within the float64 bound -- the check
+    that mgpu_relabel's permutation is the hardware's."""
+    x, w, ws = _operands(rng, m, 2560, 7168)
+    ys = {a: np.asarray(jax.jit(lambda *args, a=a: fp8_block_a16_matmul_mgpu(
+        *args, out_dtype=jnp.float32, a_load=a, **params))(x, w, ws))
+          for a in ("wgmma", "upcast_2x", "relabel_4x")}
+    np.testing.assert_array_equal(ys["upcast_2x"], ys["wgmma"])
+    _check(jnp.asarray(ys["relabel_4x"]), x, w, ws, jnp.float32)
 
 
 @pytest.mark.gpu
