@@ -63,6 +63,7 @@ DET_MIN_X_TILE = 16
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
 # how a warpgroup reads its weight tile (see a_load)
 A_LOADS = ("wgmma", "upcast_2x", "relabel_4x")
+PARTS_SUMS = ("cond", "select")  # how in-CTA K parts are closed (see parts_sum)
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
 FOUR_WG_MAX_X_TILE = 32
@@ -70,7 +71,7 @@ FOUR_WG_MAX_X_TILE = 32
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int, a_load: str):
+            wgs: int, a_load: str, parts_sum: str):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = x_gmem.shape[0]
@@ -87,6 +88,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         i = idx[0] + 1
         ends = i - (i // per_part) * per_part == 0  # (lax.rem: see _scope)
         zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
+        if parts_sum == "select":  # branch-free: two selects and an add every step
+            every = lax.broadcast_in_dim(ends, run.shape, ())  # (no implicit broadcasts here)
+            return jnp.where(every, zero, run), grand + jnp.where(every, run, zero)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
     def one_block(w_smem, x_smem, ws_smem, total, a_smem):  # one step: `blocks` K-blocks
@@ -247,7 +251,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               stages: int | None = None, group_m: int = 8,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
                               blocks_per_step: int = 1, compute_wgs: int = 2,
-                              a_load: str = "wgmma", a_in_registers: bool = True,
+                              a_load: str = "wgmma", parts_sum: str = "cond",
+                              a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -284,6 +289,10 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       differ from "wgmma"; the interpreter permutes w instead). Prepared in session 8 (CPU
       only) to test whether shared-memory load instructions bound the decode kernel
       (benchmarks/NOTES.md); the dispatcher uses "wgmma".
+    parts_sum: how each in-CTA K part (k_parts > 1) is closed at its last K-block: "cond" (a
+      lax.cond per step; ~15% against k_parts=1 at M >= 1024, session 7) or "select" (two
+      selects and an add per step, no branch) -- the same sums. Prepared in session 8 (CPU
+      only); the dispatcher uses "cond".
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -299,6 +308,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if compute_wgs not in COMPUTE_WGS or n % (compute_wgs * WG_ROWS):
         raise ValueError(f"compute_wgs must be one of {COMPUTE_WGS} with N={n} a multiple of "
                          f"{WG_ROWS} * compute_wgs, got {compute_wgs!r}")
+    if parts_sum not in PARTS_SUMS:
+        raise ValueError(f"parts_sum must be one of {PARTS_SUMS}, got {parts_sum!r}")
     if a_load not in A_LOADS:
         raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
     if compute_wgs == 4 and block_m > FOUR_WG_MAX_X_TILE:
@@ -328,13 +339,14 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
+                   parts_sum=parts_sum,
                    a_in_registers=a_in_registers, interpret=interpret)
 
 
 def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
             block_m, k_splits, k_parts, a_in_registers, interpret,
-            blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma"
-            ) -> jax.Array:
+            blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
+            parts_sum: str = "cond") -> jax.Array:
     """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
     or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
     m, k = x.shape
@@ -360,7 +372,7 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
-                          a_load=a_load),
+                          a_load=a_load, parts_sum=parts_sum),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
     yt = sum_device_splits(call(w, x, ws_rows), k_splits, n, mp)  # ranges in K order

@@ -75,6 +75,7 @@ def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
     for parts in (2, 4):
         ranges = run(k_splits=parts)
         np.testing.assert_array_equal(run(k_parts=parts), ranges)
+        np.testing.assert_array_equal(run(k_parts=parts, parts_sum="select"), ranges)
         _check(jnp.asarray(ranges), x, w, ws, jnp.float32)
     _check(jnp.asarray(run(k_splits=2, k_parts=2)), x, w, ws, jnp.float32)
 
@@ -114,6 +115,8 @@ def test_stages_must_fit_shared_memory(rng):
     with pytest.raises(ValueError, match=r"a_load must be one of \('wgmma', 'upcast_2x', "
                                          r"'relabel_4x'\), got 'ldmatrix'"):
         fp8_block_a16_matmul_mgpu(x, w, ws, a_load="ldmatrix")
+    with pytest.raises(ValueError, match=r"parts_sum must be one of \('cond', 'select'\)"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, parts_sum="smem")
     with pytest.raises(ValueError, match="compute_wgs=4 holds x tiles of up to 32 rows"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=64)
 
@@ -129,13 +132,14 @@ def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
 @pytest.mark.parametrize("a_in_registers,k_parts,blocks,wgs,a_load", [
     (True, 1, 1, 2, "wgmma"), (False, 1, 1, 2, "wgmma"), (True, 4, 1, 2, "wgmma"),
     (True, 1, 2, 2, "wgmma"), (True, 1, 2, 4, "wgmma"), (True, 1, 2, 2, "upcast_2x"),
-    (True, 1, 2, 2, "relabel_4x")])
+    (True, 1, 2, 2, "relabel_4x"), (True, 4, 1, 2, "select")])
 def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs, a_load):
-    small = wgs == 4 or a_load != "wgmma"
+    small = wgs == 4 or a_load not in ("wgmma", "select")
     args = _operands(rng, 16 if small else 256, 512, 1024)
+    load, parts_sum = (("wgmma", "select") if a_load == "select" else (a_load, "cond"))
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, a_in_registers=a_in_registers, k_parts=k_parts, blocks_per_step=blocks,
-        compute_wgs=wgs, block_m=16 if small else 128, a_load=a_load))
+        compute_wgs=wgs, block_m=16 if small else 128, a_load=load, parts_sum=parts_sum))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -333,6 +337,18 @@ def test_gpu_a_loads_match_float64(rng, m, params):
           for a in ("wgmma", "upcast_2x", "relabel_4x")}
     np.testing.assert_array_equal(ys["upcast_2x"], ys["wgmma"])
     _check(jnp.asarray(ys["relabel_4x"]), x, w, ws, jnp.float32)
+
+
+@pytest.mark.gpu
+def test_gpu_parts_closed_by_selects_give_the_same_bits(rng):
+    """parts_sum="select" (prepared in session 8) against "cond" and against as many K ranges,
+    at a prefill M where deterministic mode runs in-CTA parts."""
+    x, w, ws = _operands(rng, 300, 2560, 7168)
+    run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
+        *a, out_dtype=jnp.float32, **kw))(x, w, ws))
+    ranges = run(k_splits=8)
+    for parts_sum in ("cond", "select"):
+        np.testing.assert_array_equal(run(k_parts=8, parts_sum=parts_sum), ranges)
 
 
 @pytest.mark.gpu
