@@ -301,14 +301,21 @@ def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
         np.testing.assert_array_equal(r, rows[0])
 
 
+def _gpu_option_keeps_the_bits(rng, m, option, values, params):
+    """The kernel at a real size with `option` set to each of `values` (on top of params):
+    every result bitwise the first, the last within the float64 bound."""
+    x, w, ws = _operands(rng, m, 2560, 7168)
+    ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
+        *a, out_dtype=jnp.float32, **{option: v}, **params))(x, w, ws)) for v in values]
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+    _check(jnp.asarray(ys[-1]), x, w, ws, jnp.float32)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,params", [(1, dict(block_m=8, k_splits=4)), (300, {})])
 def test_gpu_two_blocks_per_step_give_the_same_bits(rng, m, params):
-    x, w, ws = _operands(rng, m, 2560, 7168)
-    y1, y2 = (np.asarray(jax.jit(lambda *a, b=b: fp8_block_a16_matmul_mgpu(
-        *a, out_dtype=jnp.float32, blocks_per_step=b, **params))(x, w, ws)) for b in (1, 2))
-    np.testing.assert_array_equal(y2, y1)
-    _check(jnp.asarray(y2), x, w, ws, jnp.float32)
+    _gpu_option_keeps_the_bits(rng, m, "blocks_per_step", (1, 2), params)
 
 
 @pytest.mark.gpu
@@ -316,11 +323,7 @@ def test_gpu_two_blocks_per_step_give_the_same_bits(rng, m, params):
                                       (32, dict(block_m=32, k_splits=2)),
                                       (9, dict(block_m=16, k_parts=8))])
 def test_gpu_four_warpgroups_give_the_same_bits(rng, m, params):
-    x, w, ws = _operands(rng, m, 2560, 7168)
-    y2, y4 = (np.asarray(jax.jit(lambda *a, g=g: fp8_block_a16_matmul_mgpu(
-        *a, out_dtype=jnp.float32, compute_wgs=g, **params))(x, w, ws)) for g in (2, 4))
-    np.testing.assert_array_equal(y4, y2)
-    _check(jnp.asarray(y4), x, w, ws, jnp.float32)
+    _gpu_option_keeps_the_bits(rng, m, "compute_wgs", (2, 4), params)
 
 
 @pytest.mark.gpu
