@@ -36,7 +36,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -44,8 +43,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
-from . import mgpu_relabel
-from .mgpu_relabel import TILE as RELABEL_TILE, permute_x, relabel
+from .mgpu_relabel import permute_k, relabel
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
                           swizzled, tile_index, warpgroup_pipeline, weight_scale_rows)
 
@@ -354,11 +352,9 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     if a_load == "relabel_4x":
         if w.dtype.itemsize != 1:
             raise ValueError(f"a_load='relabel_4x' reads 8-bit weights, got {w.dtype}")
-        x = permute_x(x)
+        x = permute_k(x)
         if interpret:  # the interpreter cannot run inline Mosaic GPU: the same tile, by jnp
-            inverse = np.argsort(mgpu_relabel.column_permutation())
-            w = w.reshape(n, k // RELABEL_TILE[1], RELABEL_TILE[1])[:, :, inverse].reshape(n, k)
-            a_load = "wgmma"
+            w, a_load = permute_k(w), "wgmma"
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32

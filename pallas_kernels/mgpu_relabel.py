@@ -8,7 +8,7 @@ wgmma's layout gives the same thread -- at other columns, by one fixed permutati
 columns inside every 32-column chunk, the same for all threads and rows (derived below from the
 layouts' tiling expressions, checked by tests). So the pairs are relabelled as the WGMMA layout
 (no instruction) and the tile the MMA sees is the weight with its K columns permuted by P; the
-product is the same if x is permuted likewise (`permute_x`), done once per call outside the
+product is the same if x is permuted likewise (`permute_k`), done once per call outside the
 kernel. The products are exact either way; the float32 sums run in another order than with
 a_load="wgmma", so the bits may differ from it (not for deterministic mode unless used at every
 M).
@@ -26,7 +26,7 @@ from jax.experimental.mosaic.gpu import fragmented_array as fa
 from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-__all__ = ["TILE", "column_permutation", "permute_x", "relabel"]
+__all__ = ["TILE", "column_permutation", "permute_k", "relabel"]
 
 TILE = (64, 128)  # one compute warpgroup's weight tile (rows, K)
 
@@ -89,12 +89,14 @@ def column_permutation() -> np.ndarray:
     return _mapping()[1]
 
 
-def permute_x(x: jax.Array) -> jax.Array:
-    """x (M, K) with every 128-column K-block permuted as the relabelled weight: x'[:, P[c]] =
-    x[:, c], so that sum_c w[n, c] x[m, c] = sum_p w'[n, p] x'[m, p]."""
-    m, k = x.shape
+def permute_k(a: jax.Array) -> jax.Array:
+    """a (rows, K) with every 128-column K-block permuted as relabel() shows the weight to the
+    MMA: a'[:, P[c]] = a[:, c]. Applied to x it keeps the product (sum_c w[n, c] x[m, c] =
+    sum_p w'[n, p] x'[m, p]); applied to w it gives the tile relabel() hands over, which is how
+    the interpreter (no inline Mosaic GPU) runs the same arithmetic."""
+    rows, k = a.shape
     inverse = np.argsort(column_permutation())
-    return x.reshape(m, k // TILE[1], TILE[1])[:, :, inverse].reshape(m, k)
+    return a.reshape(rows, k // TILE[1], TILE[1])[:, :, inverse].reshape(rows, k)
 
 
 def relabel(w):
