@@ -37,6 +37,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax._src import dtypes  # itemsize_bits: the public dtype API has no sub-byte sizes
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -350,7 +351,7 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
-        if w.dtype.itemsize != 1:
+        if dtypes.itemsize_bits(w.dtype) != 8:  # (numpy reports int4 as one byte)
             raise ValueError(f"a_load='relabel_4x' reads 8-bit weights, got {w.dtype}")
         x = permute_k(x)
         if interpret:  # the interpreter cannot run inline Mosaic GPU: the same tile, by jnp
