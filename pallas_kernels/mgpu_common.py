@@ -58,7 +58,7 @@ def _register_budget(compute_wgs: int) -> int:
 
 
 @contextlib.contextmanager
-def _compute_registers(compute_wgs: int):
+def _patched_register_split():
     # the pipeline reads the budget when traced, inside the kernel: patched for that call only
     original = _pipeline._compute_registers
     _pipeline._compute_registers = lambda memory, n: _register_budget(n)
@@ -84,7 +84,7 @@ def warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int,
         return pipeline  # upstream's split is right here (two compute warpgroups)
 
     def run(*gmem_refs, **kw):
-        with _compute_registers(compute_wgs):
+        with _patched_register_split():
             return pipeline(*gmem_refs, **kw)
     run.get_allocations = pipeline.get_allocations
     return run

@@ -28,6 +28,20 @@ def _operands(rng, m, n, k, dtype=jnp.bfloat16, scale_kind="block"):
     return x, w, ws
 
 
+def _option_keeps_the_bits(rng, m, option, values, params, *, interpret):
+    """The kernel with `option` set to each of `values` (on top of params): every result bitwise
+    the first, the last within the float64 bound. Interpreter: a small size (N=512, room for
+    256-row tiles), shared-memory A; GPU: a real size."""
+    n, k = (512, 1024) if interpret else (2560, 7168)
+    x, w, ws = _operands(rng, m, n, k)
+    mode = dict(interpret=True, a_in_registers=False) if interpret else {}
+    ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
+        *a, out_dtype=jnp.float32, **{option: v}, **mode, **params))(x, w, ws)) for v in values]
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+    _check(jnp.asarray(ys[-1]), x, w, ws, jnp.float32)
+
+
 def _check(y, x, w, ws, out_dtype):
     n, k = w.shape
     scale = np.asarray(ws, np.float64)
@@ -147,12 +161,7 @@ def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs, a_loa
                                       (130, dict(k_parts=2))])
 def test_interpreter_two_blocks_per_step_give_the_same_bits(rng, m, params):
     """Two K-blocks per pipeline step add the same per-block terms in the same K order."""
-    x, w, ws = _operands(rng, m, 256, 1024)
-    y1, y2 = (np.asarray(fp8_block_a16_matmul_mgpu(
-        x, w, ws, out_dtype=jnp.float32, blocks_per_step=b, a_in_registers=False,
-        interpret=True, **params)) for b in (1, 2))
-    np.testing.assert_array_equal(y2, y1)
-    _check(jnp.asarray(y2), x, w, ws, jnp.float32)
+    _option_keeps_the_bits(rng, m, "blocks_per_step", (1, 2), params, interpret=True)
 
 
 def test_register_budget_is_what_setmaxnreg_can_give():
@@ -176,12 +185,7 @@ def test_register_budget_is_what_setmaxnreg_can_give():
 def test_interpreter_four_warpgroups_give_the_same_bits(rng, m, params):
     """256-row weight tiles (four compute warpgroups) give every row the bits of 128-row
     tiles: a row's K order is the same."""
-    x, w, ws = _operands(rng, m, 512, 1024)
-    y2, y4 = (np.asarray(fp8_block_a16_matmul_mgpu(
-        x, w, ws, out_dtype=jnp.float32, compute_wgs=g, a_in_registers=False, interpret=True,
-        **params)) for g in (2, 4))
-    np.testing.assert_array_equal(y4, y2)
-    _check(jnp.asarray(y4), x, w, ws, jnp.float32)
+    _option_keeps_the_bits(rng, m, "compute_wgs", (2, 4), params, interpret=True)
 
 
 def test_relabel_permutes_k_inside_32_columns():
@@ -301,21 +305,10 @@ def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
         np.testing.assert_array_equal(r, rows[0])
 
 
-def _gpu_option_keeps_the_bits(rng, m, option, values, params):
-    """The kernel at a real size with `option` set to each of `values` (on top of params):
-    every result bitwise the first, the last within the float64 bound."""
-    x, w, ws = _operands(rng, m, 2560, 7168)
-    ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
-        *a, out_dtype=jnp.float32, **{option: v}, **params))(x, w, ws)) for v in values]
-    for y in ys[1:]:
-        np.testing.assert_array_equal(y, ys[0])
-    _check(jnp.asarray(ys[-1]), x, w, ws, jnp.float32)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,params", [(1, dict(block_m=8, k_splits=4)), (300, {})])
 def test_gpu_two_blocks_per_step_give_the_same_bits(rng, m, params):
-    _gpu_option_keeps_the_bits(rng, m, "blocks_per_step", (1, 2), params)
+    _option_keeps_the_bits(rng, m, "blocks_per_step", (1, 2), params, interpret=False)
 
 
 @pytest.mark.gpu
@@ -323,7 +316,7 @@ def test_gpu_two_blocks_per_step_give_the_same_bits(rng, m, params):
                                       (32, dict(block_m=32, k_splits=2)),
                                       (9, dict(block_m=16, k_parts=8))])
 def test_gpu_four_warpgroups_give_the_same_bits(rng, m, params):
-    _gpu_option_keeps_the_bits(rng, m, "compute_wgs", (2, 4), params)
+    _option_keeps_the_bits(rng, m, "compute_wgs", (2, 4), params, interpret=False)
 
 
 @pytest.mark.gpu
