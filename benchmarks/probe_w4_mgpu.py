@@ -21,8 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jqlin import bench
-from pallas_kernels.fp8_block_a16_mgpu import _launch, launch_params
-from pallas_kernels.mgpu_common import weight_scale_rows
+from pallas_kernels.fp8_block_a16_mgpu import _launch, _scale_operand, launch_params
 
 
 STREAMS = ("int4", "fp8", "int8", "bf16")
@@ -51,7 +50,7 @@ def stream_op(weights: str = "int4", a_in_registers: bool = True,
 
     def fn(x, qw):
         n, k = qw.shape if weights == "bf16" else qw.storage_shape
-        rows = jnp.ones((k // 128, n), jnp.float32)
+        rows, scales = jnp.ones((k // 128, n), jnp.float32), "rows"
         if weights == "int4":
             codes = jax.lax.bitcast_convert_type(qw.data, jnp.int4).reshape(n, k)
         elif weights == "int8":
@@ -59,12 +58,13 @@ def stream_op(weights: str = "int4", a_in_registers: bool = True,
         elif weights == "bf16":  # the kernel sizes its stages for 1-byte weights
             codes = qw
         else:
-            codes, rows = qw.data, weight_scale_rows(qw.scale, "block", n, k)
+            # the scales as the dispatcher's kernel reads them (as stored, since session 9)
+            codes, (rows, scales) = qw.data, _scale_operand(qw.scale, "block", n, k)
         params = {"group_m": 8, "block_m": 128, "k_splits": 1, "k_parts": 1,
                   **launch_params(x.shape[0], n, k, interpret, compute_wgs=wgs),
                   "a_in_registers": a_in_registers,
                   "stages": stages or (max(2, 4 // blocks) if weights == "bf16" else None),
-                  "blocks_per_step": blocks, "a_load": a_load}
+                  "blocks_per_step": blocks, "a_load": a_load, "scales": scales}
         return _launch(x, codes, rows, out_dtype=jnp.dtype(x.dtype), interpret=interpret,
                        **params)
     name = (f"mgpu_{weights}_stream" + ("" if a_in_registers else "_smem")

@@ -1,10 +1,10 @@
 """FP8 weight-only (W8A16: e4m3 weights with 128x128 block, per-channel or per-tensor scales,
 bf16/f16 activations) on Mosaic GPU -- the default-mode path of `pallas_fp8_w8a16` on sm_90 for
-16-bit activations (pallas_kernels.fp8_paths): at every M for block scales, from M=2 for the
-others (the dense path takes whole-K scales from M=1024); in deterministic mode at every M.
-H200, 11 shapes (NOTES.md, sessions 6-7): fp8_block_a16 1.42x bf16 at M=1 and 1.45x at M=16
-(geomean; 1.13-1.77x), 0.75-0.77x at M=256 to 1024, where the Triton kernel ran 0.83x / 0.81x
-and 0.45x / 0.42x.
+16-bit activations (pallas_kernels.fp8_paths): at every M for block and per-channel scales,
+from M=2 for per-tensor ones (the dense path takes whole-K scales from M=1024); in
+deterministic mode at every M. H200, 11 shapes (NOTES.md, sessions 6-9): fp8_block_a16 1.67x
+bf16 at M=1 and 1.59x at M=16 (geomean; 1.29-2.02x, session 9), 0.75-0.77x at M=256 to 1024,
+where the Triton kernel ran 0.83x / 0.81x and 0.45x / 0.42x.
 
 Why not Triton: its W8A16 block kernel ran at 0.36-0.48x bf16 from M=1024 (session-5 grid):
 its e4m3 -> bf16 conversion and a scale multiply per 128-K step sit between MMAs that nothing
@@ -21,9 +21,11 @@ total += part * w_scale[n // 128, kb] in float32, in K order. With k_splits rang
 range's total starts from zero and the ranges' totals are added in K order afterwards.
 
 Layout: w (N, K) e4m3, N and K multiples of 128 (block formats store them padded); x (M, K)
-bf16 or f16 (padded to whole x tiles of block_m rows); the scale handed over as one row per K-block,
-(K/128, N) float32, so TMA can move it beside the tiles. Per-channel and per-tensor scales
-take the same route (each K-block's part times the row's one scale).
+bf16 or f16 (its last tile of block_m rows read past its end as zeros by TMA); block and
+channel scales read as stored, each CTA loading its tile's once (_scale_operand; per-tensor
+scales, and block scales of a K TMA cannot move in one row, go as one float32 row per K-block,
+(K/128, N), beside the tiles). Per-channel and per-tensor scales multiply each K-block's part
+by the row's one scale, as block scales do.
 
 Deterministic mode runs this kernel at every M too (det_params: the K order a function of K
 alone), never the Triton kernels for some M and this one for others: their bits differ even
@@ -53,6 +55,7 @@ __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "det_params", "launch_p
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
 X_TILES = (8, 16, 32, 64, 128)  # x rows per CTA tile: wgmma's N (multiples of 8)
+X_ROWS_TILING = 8  # TMA row tiling of x in shared memory (see _launch)
 # K ranges only up to here: their float32 partials (ranges x M x N) stay small against the weight
 SPLIT_MAX_M = 256
 # Deterministic mode's narrowest x tile: in the CPU interpreter a row's bits differ between
@@ -70,20 +73,24 @@ FOUR_WG_MAX_X_TILE = 32
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int, a_load: str, parts_sum: str):
+            wgs: int, a_load: str, parts_sum: str, scales: str):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
-    m = x_gmem.shape[0]
+    m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
     steps = k // BLOCK // k_splits // blocks  # pipeline steps per split
     per_part = steps // k_parts
     step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
 
-    def body(idx, w_smem, x_smem, ws_smem, carry, a_smem):
+    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first):
+        # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
+        # (carry,) with this tile's scales in ws_tile, loaded once (_scope)
+        ws = (refs[0], None) if scales == "rows" else (ws_tile, (first + idx[0]) * blocks)
+        carry = refs[-1]
         if k_parts == 1:
-            return one_block(w_smem, x_smem, ws_smem, carry, a_smem)
+            return one_block(w_smem, x_smem, ws, carry, a_smem)
         run, grand = carry  # this part's running total; the finished parts' sum
-        run = one_block(w_smem, x_smem, ws_smem, run, a_smem)
+        run = one_block(w_smem, x_smem, ws, run, a_smem)
         i = idx[0] + 1
         ends = i - (i // per_part) * per_part == 0  # (lax.rem: see _scope)
         zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
@@ -92,9 +99,18 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             return jnp.where(every, zero, run), grand + jnp.where(every, run, zero)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
-    def one_block(w_smem, x_smem, ws_smem, total, a_smem):  # one step: `blocks` K-blocks
+    def one_block(w_smem, x_smem, ws, total, a_smem):  # one step: `blocks` K-blocks
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
+        ws_smem, k_block = ws  # k_block: the step's first K-block (scales="block")
+
+        def scale(j, shape):  # K-block j of the step: its scale for this warpgroup's rows
+            if scales == "block":  # one value per 128 weight rows
+                v = ws_smem[wg * WG_ROWS // BLOCK, k_block + j]
+                return lax.broadcast_in_dim(v, shape, ())
+            at = ws_smem.at[j, rows] if scales == "rows" else ws_smem.at[0, rows]
+            v = plgpu.load(at, layout=plgpu.Layout.WGMMA.reduce(1))
+            return lax.broadcast_in_dim(v, shape, [0])
 
         def run_blocks(*accs):  # a fresh accumulator per K-block: its sum alone
             for j, acc in enumerate(accs):  # every block's wgmma issued first (asynchronous)
@@ -121,8 +137,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             t = total
             for j, acc in enumerate(accs):  # in K order: block j while later ones still run
                 part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
-                ws = plgpu.load(ws_smem.at[j, rows], layout=plgpu.Layout.WGMMA.reduce(1))
-                t = t + part * lax.broadcast_in_dim(ws, part.shape, [0])
+                t = t + part * scale(j, part.shape)
             return t
 
         return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, block_m), F32)] * blocks)
@@ -133,21 +148,28 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             plgpu.BlockSpec((tile_rows, step_k), lambda i: (0, first + i),
                             transforms=swizzled(w_gmem.dtype)),
             plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i), transforms=x_tiles),
-            plgpu.BlockSpec((blocks, tile_rows), lambda i: (first + i, 0)),
-        ])
+        ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: (first + i, 0))]
+             if scales == "rows" else []))
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
         a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
+    # the tile's scales as stored, loaded once: "block" its rows of (N/128, K/128), "channel"
+    # its slice of (1, N)
+    tile_scales = {"block": (tile_rows // BLOCK, k // BLOCK), "channel": (1, tile_rows)}
+    if scales != "rows":
+        scratch.update(ws_tile=plgpu.SMEM(tile_scales[scales], F32),
+                       ws_bar=plgpu.Barrier(num_arrivals=1))
+    pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales == "rows" else ())
 
     @functools.partial(
         pl.run_scoped,
-        allocs=pipeline(unused, unused).get_allocations(w_gmem, x_gmem, ws_gmem),
+        allocs=pipeline(unused, unused).get_allocations(*pipeline_refs),
         out_smem=plgpu.SMEM((wgs, WG_ROWS, block_m), out_gmem.dtype,
                             transforms=swizzled(out_gmem.dtype, block_m)),
         collective_axes="wg", **scratch,
     )
-    def _scope(allocs, out_smem, a_smem=None):
+    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
         t = lax.axis_index("tile")
         tile = t // k_splits
         split = t - tile * k_splits  # (lax.rem here hangs Mosaic GPU's interpreter)
@@ -155,11 +177,23 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         n_idx, m_idx = tile_index(tile, n // tile_rows, m // block_m, group_m)
         n_slice = pl.ds(n_idx * tile_rows, tile_rows)
         m_slice = pl.ds(m_idx * block_m, block_m)
+        if scales == "rows":
+            ws_refs = (ws_gmem.at[:, n_slice],)
+        else:
+            src = (ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)]
+                   if scales == "block" else ws_gmem.at[:, n_slice])
+
+            @pl.when(lax.axis_index("wg") == 0)
+            def _():
+                plgpu.copy_gmem_to_smem(src, ws_tile, ws_bar)
+            plgpu.barrier_wait(ws_bar)
+            ws_refs = ()
         context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem.at[split],
                                     row_slice=n_slice, col_slice=m_slice, parts=k_parts > 1)
-        pipeline(functools.partial(body, a_smem=a_smem), context, split * steps)(
-            w_gmem.at[n_slice], x_gmem.at[m_slice], ws_gmem.at[:, n_slice],
-            allocations=allocs)
+        step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps)
+        # x's last tile may reach past its rows: TMA fills those with zeros
+        pipeline(step_body, context, split * steps)(
+            w_gmem.at[n_slice], x_gmem.at[m_slice], *ws_refs, allocations=allocs)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -230,12 +264,15 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
-            a_in_registers: bool, blocks: int = 1, wgs: int = 2) -> int:
-    # w, x and scale tiles of `blocks` K-blocks
+            a_in_registers: bool, blocks: int = 1, wgs: int = 2, scale_rows: bool = True,
+            k: int = 0) -> int:
+    # w, x (and with scale_rows, scale) tiles of `blocks` K-blocks; else the tile's scales once
     tile_rows = wgs * WG_ROWS
-    per_step = blocks * (tile_rows * BLOCK + block_m * BLOCK * x_bytes + tile_rows * 4)
+    per_step = blocks * (tile_rows * BLOCK + block_m * BLOCK * x_bytes
+                         + (tile_rows * 4 if scale_rows else 0))
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
+    fixed += 0 if scale_rows else 4 * max(tile_rows, tile_rows // BLOCK * k // BLOCK)
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
         return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
@@ -334,20 +371,37 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         raise ValueError(f"blocks_per_step must be 1, or 2 where a K part holds an even number "
                          f"of K-blocks ({k // BLOCK // k_splits // k_parts}), got "
                          f"{blocks_per_step!r}")
-    ws_rows = weight_scale_rows(w_scale, scale_kind, n, k)
-    return _launch(x, w, ws_rows, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
+    ws, scales = _scale_operand(w_scale, scale_kind, n, k)
+    return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
-                   parts_sum=parts_sum,
+                   parts_sum=parts_sum, scales=scales,
                    a_in_registers=a_in_registers, interpret=interpret)
 
 
-def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages, group_m,
+def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.Array, str]:
+    """The weight scale as the kernel reads it, and how (_kernel's `scales`): block scales as
+    stored, (N/128, K/128), each CTA loading its rows once -- where TMA can move such a row
+    (K/128 a multiple of 4 and at most 256); channel scales as stored, viewed (1, N); else
+    (per-tensor, other K) weight_scale_rows' (K/128, N) rows, one per pipeline step. The same
+    values multiply the same partial sums either way. Session 9: the rows cost an XLA pass of
+    1.2-2.8 us per call on the H200 (benchmarks/decode_breakdown.py) and, for block scales,
+    another 3% of the weight's bytes read."""
+    kb = k // BLOCK
+    if kind == "block" and kb % 4 == 0 and kb <= 256:
+        return w_scale.astype(F32), "block"
+    if kind == "channel":
+        return w_scale.astype(F32).reshape(1, n), "channel"
+    return weight_scale_rows(w_scale, kind, n, k), "rows"
+
+
+def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, group_m,
             block_m, k_splits, k_parts, a_in_registers, interpret,
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
-            parts_sum: str = "cond") -> jax.Array:
-    """The kernel on checked operands: ws_rows (K/128, N) float32 (weight_scale_rows); w e4m3,
-    or int4 for benchmarks/probe_w4_mgpu.py's 4-bit weight stream."""
+            parts_sum: str = "cond", scales: str = "rows") -> jax.Array:
+    """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
+    ("rows": (K/128, N), weight_scale_rows); w e4m3, or int4 for benchmarks/probe_w4_mgpu.py's
+    4-bit weight stream."""
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
@@ -361,16 +415,19 @@ def _launch(x: jax.Array, w: jax.Array, ws_rows: jax.Array, *, out_dtype, stages
     narrow = block_m * out_dtype.itemsize < 32
     kernel_out = jnp.dtype(F32) if writes_partials(k_splits) or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
-                     blocks_per_step, compute_wgs)
+                     blocks_per_step, compute_wgs, scales == "rows", k)
+    # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
+    # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
+    # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
     mp = cdiv(m, block_m) * block_m
-    if mp != m:  # zero rows, sliced off below
-        x = jnp.pad(x, ((0, mp - m), (0, 0)))
+    if m > X_ROWS_TILING and m % X_ROWS_TILING:
+        x = jnp.pad(x, ((0, X_ROWS_TILING - m % X_ROWS_TILING), (0, 0)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
-                          a_load=a_load, parts_sum=parts_sum),
+                          a_load=a_load, parts_sum=parts_sum, scales=scales),
         jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
         n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
-    yt = sum_device_splits(call(w, x, ws_rows), k_splits, n, mp)  # ranges in K order
+    yt = sum_device_splits(call(w, x, ws), k_splits, n, mp)  # ranges in K order
     return yt.T[:m].astype(out_dtype)

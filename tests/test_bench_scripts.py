@@ -93,11 +93,26 @@ def test_sweep_fp8_v5_and_mgpu_parts_run(tmp_path):
 def test_probe_w4_mgpu_times_the_weight_streams(tmp_path):
     out_json = tmp_path / "probe_w4.json"
     _run(["benchmarks/probe_w4_mgpu.py", "--shapes", "256x256", "--m", "1", "--reps", "1",
-          "--streams", "int4,int8,bf16", "--a-loads", "wgmma,relabel_4x", "--out",
+          "--streams", "int4,int8,fp8,bf16", "--a-loads", "wgmma,relabel_4x", "--out",
           str(out_json)], tmp_path)
     recs = {r["label"]: r for r in json.loads(out_json.read_text())["records"]}
     assert {"bf16", "nvfp4_a16:pallas_nvfp4", "fp8_block_a16:pallas_fp8_w8a16",
             "nvfp4_a16:mgpu_int4_stream_smem", "fp8_block_a16:mgpu_int8_stream_smem",
-            "mgpu_bf16_stream_smem", "fp8_block_a16:mgpu_int8_stream_smem_relabel_4x"
-            } <= set(recs), recs
+            "mgpu_bf16_stream_smem", "fp8_block_a16:mgpu_int8_stream_smem_relabel_4x",
+            "fp8_block_a16:mgpu_fp8_stream_smem"} <= set(recs), recs
     assert all("error" not in r for r in recs.values()), recs
+
+
+def test_profile_mgpu_decode_and_decode_breakdown_run(tmp_path):
+    """The session-9 profiling scripts: the Mosaic decode streams launched once each (the
+    interpreter, no profiler range on CPU), and the per-kernel breakdown, which has no GPU
+    kernels to list on CPU and says so."""
+    out = _run(["benchmarks/profile_mgpu_decode.py", "--range"], tmp_path)
+    assert {"bf16:", "mgpu_fp8_stream_smem:", "mgpu_fp8_stream_smem_blocks2:",
+            "mgpu_bf16_stream_smem:"} <= {line.split()[0] for line in out.splitlines()}, out
+    out_json = tmp_path / "bd.json"
+    _run(["benchmarks/decode_breakdown.py", "--shapes", "256x256", "--m", "1", "--reps", "2",
+          "--chain", "2", "--out", str(out_json)], tmp_path)
+    res = json.loads(out_json.read_text())["results"]
+    assert [(r["op"], r["chain"], r.get("note")) for r in res] == [
+        ("bf16", 2, "no GPU kernels on CPU"), ("fp8_block_a16", 2, "no GPU kernels on CPU")]

@@ -12,8 +12,10 @@ import pytest
 
 from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
-from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, decode_params, det_params,
+from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, _launch, _scale_operand,
+                                                decode_params, det_params,
                                                 fp8_block_a16_matmul_mgpu, launch_params)
+from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
@@ -94,6 +96,52 @@ def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
     _check(jnp.asarray(run(k_splits=2, k_parts=2)), x, w, ws, jnp.float32)
 
 
+def _scale_routes_agree(rng, m, n, k, kind, *, interpret, **params):
+    """The kernel reading the scales as stored (_scale_operand) gives bitwise what it gives
+    with them as (K/128, N) rows (the route of per-tensor scales), within the float64 bound."""
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    stored, route = _scale_operand(ws, kind, n, k)
+    assert route == kind
+    mode = dict(interpret=True, a_in_registers=False) if interpret else dict(
+        interpret=False, a_in_registers=True)
+    run = jax.jit(lambda x, w, s, scales: _launch(
+        x, w, s, out_dtype=jnp.dtype(jnp.float32), stages=None, group_m=2, k_parts=1,
+        scales=scales, **mode, **params), static_argnames="scales")
+    y = np.asarray(run(x, w, stored, scales=route))
+    np.testing.assert_array_equal(
+        y, np.asarray(run(x, w, weight_scale_rows(ws, kind, n, k), scales="rows")))
+    _check(jnp.asarray(y), x, w, ws, jnp.float32)
+
+
+@pytest.mark.parametrize("kind", ["block", "channel"])
+def test_interpreter_scales_read_as_stored_match_the_rows(rng, kind):
+    """Block scales (N/128, K/128) and channel scales (N, 1) as stored, each CTA loading its
+    tile's once: the same bits as the per-step scale rows. M=3 in 8-row tiles (rows past x's
+    end), two K ranges."""
+    _scale_routes_agree(rng, 3, 256, 512, kind, interpret=True, block_m=8, k_splits=2)
+
+
+def test_scale_operand_routes():
+    """Block scales as stored where TMA moves a tile's row in one copy (K/128 a multiple of 4,
+    at most 256); else, and for per-tensor scales, one row per K-block."""
+    for k, route in ((512, "block"), (7168, "block"), (32768, "block"), (384, "rows"),
+                     (33280, "rows")):
+        ws = jnp.ones((2, k // 128), jnp.float32)
+        assert _scale_operand(ws, "block", 256, k)[1] == route, k
+    assert _scale_operand(jnp.ones((256, 1)), "channel", 256, 512)[0].shape == (1, 256)
+    ws, route = _scale_operand(jnp.full((1, 1), 3.0), "tensor", 256, 512)
+    assert route == "rows" and ws.shape == (4, 256)
+
+
+@pytest.mark.parametrize("m,k", [(1, 384), (5, 640)])
+def test_interpreter_block_scales_of_other_k_match_float64(rng, m, k):
+    """K/128 = 3 and 5: block scales go as rows, partial x tile."""
+    x, w, ws = _operands(rng, m, 256, k)
+    y = fp8_block_a16_matmul_mgpu(x, w, ws, out_dtype=jnp.float32, interpret=True,
+                                  a_in_registers=False, block_m=8)
+    _check(y, x, w, ws, jnp.float32)
+
+
 def test_decode_params_fill_whole_waves():
     # the fastest K-range counts measured on the H200 at M=1/16/64 (session 6, sweep_fp8
     # --parts mgpu_dec,mgpu_split)
@@ -154,6 +202,18 @@ def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs, a_loa
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, a_in_registers=a_in_registers, k_parts=k_parts, blocks_per_step=blocks,
         compute_wgs=wgs, block_m=16 if small else 128, a_load=load, parts_sum=parts_sum))
+    assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("m,kind", [(1, "block"), (7, "channel"), (255, "block"),
+                                    (300, "tensor")])
+def test_lowers_for_cuda_on_cpu_at_any_m(rng, m, kind):
+    """x is not padded to whole tiles: its row count must still suit Mosaic GPU's TMA tiling
+    (the interpreter does not check it; M=255 failed on the H200 before _launch padded such
+    counts to a multiple of 8). Scales read as stored and as rows."""
+    args = _operands(rng, m, 256, 1024, scale_kind=kind)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind,
+                                                     **launch_params(m, 256, 1024, False)))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -345,6 +405,17 @@ def test_gpu_parts_closed_by_selects_give_the_same_bits(rng):
     ranges = run(k_splits=8)
     for parts_sum in ("cond", "select"):
         np.testing.assert_array_equal(run(k_parts=8, parts_sum=parts_sum), ranges)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["block", "channel"])
+@pytest.mark.parametrize("m", [1, 7, 300])
+def test_gpu_scales_read_as_stored_match_the_rows(rng, kind, m):
+    """As the interpreter test, at a real size: decode tiles with K ranges (M=1, 7: rows past
+    x's end) and 128-row tiles (M=300: a partial last tile)."""
+    params = (dict(block_m=8 if m == 1 else 16, k_splits=4, blocks_per_step=2) if m < 16
+              else dict(block_m=128, k_splits=1))
+    _scale_routes_agree(rng, m, 2560, 7168, kind, interpret=False, **params)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,140 @@
+"""Where a decode product's device time goes, kernel by kernel (session 9).
+
+    PYTHONPATH=. python3 benchmarks/decode_breakdown.py --shapes 4096x4096,8192x8192 --m 1 \
+        [--ops bf16,fp8_block_a16] [--out breakdown.json]
+
+bench.py's figures sum every kernel an op launches; this lists them: for each (shape, M, op)
+the kernels of one product (name, median duration, the idle time before it), their sum,
+and the span from the first kernel's start to the last one's end (the sum plus the gaps
+between launches inside one XLA executable). Ops: "bf16" (jnp.dot on bf16 weights) or a format name (jqlin.matmul on that
+format with kernel="auto"). Each product reads its own weight copy (rotated), so no weight is
+served from L2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import shutil
+import statistics
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+import jqlin
+from jqlin import bench
+
+COPIES = 4  # weight copies rotated through (bench.py sizes these by L2; 4 x >= 16 MB here)
+
+
+def _events(trace_dir: str) -> list[tuple[str, str, int, int]]:
+    """(hlo_module, kernel name, start ns, duration ns) of every GPU kernel in the trace."""
+    files = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
+    data = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
+    out = []
+    for plane in data.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            if line.name.startswith("XLA") or "Step" in line.name:
+                continue
+            for ev in line.events:
+                module = dict(ev.stats).get("hlo_module")
+                if module is not None:
+                    out.append((str(module), ev.name, ev.start_ns, ev.duration_ns))
+    return out
+
+
+def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -> dict:
+    """chain > 1: one executable runs `chain` products (each its own weight copy, kept apart
+    by an optimization barrier, as in a model's layers); figures are per product."""
+    key = jax.random.key(0)
+    copies = max(COPIES, chain)
+    weights = [bench._make_weight(jax.random.fold_in(key, i), None if op == "bf16" else op,
+                                  n, k) for i in range(copies)]
+    x = jax.random.normal(key, (m, k), jnp.bfloat16)
+    name = f"breakdown_{op}_{k}x{n}_m{m}_c{chain}"
+
+    def one(x, w):
+        return jnp.dot(x, w.T) if op == "bf16" else jqlin.matmul(x, w)
+
+    def product(x, ws):
+        out = []
+        for w in ws:
+            x, w = jax.lax.optimization_barrier((x, w))
+            out.append(one(x, w))
+        return out
+    product.__name__ = product.__qualname__ = name
+    fn = jax.jit(product)
+    sets = [[weights[(i * chain + j) % copies] for j in range(chain)] for i in range(COPIES)]
+    for ws in sets:  # compile, warm up
+        jax.block_until_ready(fn(x, ws))
+    trace_dir = tempfile.mkdtemp(prefix="jqlin_breakdown_")
+    jax.profiler.start_trace(trace_dir)
+    for i in range(reps):
+        jax.block_until_ready(fn(x, sets[i % COPIES]))
+    jax.profiler.stop_trace()
+    found = _events(trace_dir)
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    events = sorted((e for e in found if e[0] == f"jit_{name}"),
+                    key=lambda e: e[2])
+    if not events and jax.default_backend() == "cpu":
+        return {"K": k, "N": n, "M": m, "op": op, "chain": chain, "kernels": [],
+                "sum_us": float("nan"),
+                "span_us": float("nan"), "note": "no GPU kernels on CPU"}
+    per_call = len(events) // reps
+    if per_call == 0 or len(events) % reps:
+        raise RuntimeError(f"{name}: {len(events)} kernel events for {reps} products")
+    calls = [events[i * per_call:(i + 1) * per_call] for i in range(reps)]
+    kernels = collections.defaultdict(list)
+    for call in calls:
+        for j, (_, kname, _, dur) in enumerate(call):
+            kernels[(j, kname)].append(dur)
+    rows = [{"kernel": kname[:80], "us": statistics.median(d) / 1e3}
+            for (j, kname), d in sorted(kernels.items())]
+    span = statistics.median((c[-1][2] + c[-1][3] - c[0][2]) / 1e3 for c in calls)
+    # the idle time before each kernel (after the previous one ended), median over products
+    for j, r in enumerate(rows):
+        r["gap_before_us"] = 0.0 if j == 0 else statistics.median(
+            (c[j][2] - c[j - 1][2] - c[j - 1][3]) / 1e3 for c in calls)
+    if chain > 1:  # per product: the kernels of the middle one, the span's share
+        per = len(rows) // chain
+        rows = rows[per * (chain // 2):per * (chain // 2 + 1)]
+        span /= chain
+    return {"K": k, "N": n, "M": m, "op": op, "chain": chain, "kernels": rows,
+            "sum_us": sum(r["us"] for r in rows), "span_us": span}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="4096x4096,8192x8192", help="KxN list")
+    p.add_argument("--m", default="1")
+    p.add_argument("--ops", default="bf16,fp8_block_a16")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--chain", type=int, default=1,
+                   help="products per executable (a model's layers); figures per product")
+    p.add_argument("--out", default="")
+    args = p.parse_args(argv)
+    results = []
+    for _, k, n in bench.parse_shapes(args.shapes):
+        for m in (int(v) for v in args.m.split(",")):
+            for op in args.ops.split(","):
+                r = breakdown(k, n, m, op, args.reps, args.chain)
+                results.append(r)
+                print(f"{k}x{n} M={m} {op}: sum {r['sum_us']:.1f} us, span {r['span_us']:.1f} "
+                      "us: " + "; ".join(f"(+{q['gap_before_us']:.1f}) {q['kernel'][:40]} {q['us']:.1f}"
+                                         for q in r["kernels"]), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
+                       "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
