@@ -214,7 +214,9 @@ def main() -> int:
              "of the dequantized weight (the `xla` path at M=1) stream at ~1.0-1.2x the copy figure; "
              "the W8A16 gemv reaches 0.56-1.06 at M=1, the 16-row MMA tile <= 0.82 at M=16 (the "
              "e4m3 -> bf16 conversion's place in the MMA pipeline, NOTES.md), and the e2m1 kernels "
-             "are bound by decode instructions and latency (2.0-2.6 T weights/s whatever the bytes).",
+             "are bound by decode instructions and latency (2.0-2.6 T weights/s whatever the bytes). "
+             "Session 9 (ncu, `h200_s9_ncu_decode.txt`): the Mosaic W8A16 kernel on 28672x8192 "
+             "at M=1 reads at 79-84% of DRAM peak (a bf16 stream through it: 91%), no pipe busy.",
              "", "## How to reproduce", "",
              "```",
              "# lanes side by side, one process per GPU (nvidia-h200-x4; ~8 min per call):",
@@ -267,6 +269,10 @@ def main() -> int:
          "(`fp8_astype_stream`), session 8: the PTX route is 0-12% slower"),
         ("h200_fp8_grid_s8_convert.json", "FP8 W8A16 through the dispatcher with that inline-PTX "
          "conversion (session 8, withdrawn: 5-13% slower than session 7 at M >= 256)"),
+        ("h200_fp8_grid_s9_scales.json", "FP8 W8A16 at M=1-256 with the Mosaic kernel reading "
+         "block and channel scales as stored and x unpadded (session 9, 11 shapes; per-channel "
+         "on it from M=1, per-tensor M=1 on the Triton gemv; supersedes the W8A16 tables above "
+         "at these M)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
