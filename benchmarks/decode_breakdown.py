@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -29,24 +27,6 @@ import jqlin
 from jqlin import bench
 
 COPIES = 4  # weight copies rotated through (bench.py sizes these by L2; 4 x >= 16 MB here)
-
-
-def _events(trace_dir: str) -> list[tuple[str, str, int, int]]:
-    """(hlo_module, kernel name, start ns, duration ns) of every GPU kernel in the trace."""
-    files = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
-    data = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
-    out = []
-    for plane in data.planes:
-        if not plane.name.startswith("/device:GPU"):
-            continue
-        for line in plane.lines:
-            if line.name.startswith("XLA") or "Step" in line.name:
-                continue
-            for ev in line.events:
-                module = dict(ev.stats).get("hlo_module")
-                if module is not None:
-                    out.append((str(module), ev.name, ev.start_ns, ev.duration_ns))
-    return out
 
 
 def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -> dict:
@@ -78,7 +58,7 @@ def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -
     for i in range(reps):
         jax.block_until_ready(fn(x, sets[i % COPIES]))
     jax.profiler.stop_trace()
-    found = _events(trace_dir)
+    found = [e[1:] for e in bench.kernel_events(trace_dir)]
     shutil.rmtree(trace_dir, ignore_errors=True)
     events = sorted((e for e in found if e[0] == f"jit_{name}"),
                     key=lambda e: e[2])

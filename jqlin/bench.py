@@ -222,17 +222,17 @@ def measure_copy_bandwidth(nbytes: int = 1 << 30, buffers: int = 3, reps: int = 
     return 2.0 * nbytes * buffers / statistics.median(times)
 
 
-def device_seconds(trace_dir: str, *, per_device: bool = False) -> dict:
-    """hlo_module name -> summed GPU kernel time (s) in the newest trace under trace_dir
-    (per_device: (device plane name, hlo_module) -> seconds).
+def kernel_events(trace_dir: str) -> list[tuple[str, str, str, int, int]]:
+    """(device plane, hlo_module, kernel name, start ns, duration ns) of every GPU kernel in
+    the newest trace under trace_dir.
 
     Kernel events of the device planes carry the XLA module that launched them; derived lines
     ("XLA Modules", "XLA Ops", "Steps") repeat the same time and are skipped."""
     files = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
     if not files:
-        return {}
+        return []
     data = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
-    total: dict = collections.defaultdict(float)
+    out = []
     for plane in data.planes:
         if not plane.name.startswith("/device:GPU"):
             continue
@@ -240,11 +240,18 @@ def device_seconds(trace_dir: str, *, per_device: bool = False) -> dict:
             if line.name.startswith("XLA") or "Step" in line.name:
                 continue
             for ev in line.events:
-                for key, val in ev.stats:
-                    if key == "hlo_module":
-                        total[(plane.name, str(val)) if per_device else str(val)] += (
-                            ev.duration_ns * 1e-9)
-                        break
+                module = next((str(v) for key, v in ev.stats if key == "hlo_module"), None)
+                if module is not None:
+                    out.append((plane.name, module, ev.name, ev.start_ns, ev.duration_ns))
+    return out
+
+
+def device_seconds(trace_dir: str, *, per_device: bool = False) -> dict:
+    """hlo_module name -> summed GPU kernel time (s) in the newest trace under trace_dir
+    (per_device: (device plane name, hlo_module) -> seconds)."""
+    total: dict = collections.defaultdict(float)
+    for plane, module, _, _, dur in kernel_events(trace_dir):
+        total[(plane, module) if per_device else module] += dur * 1e-9
     return dict(total)
 
 
