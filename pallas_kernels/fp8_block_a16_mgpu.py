@@ -65,7 +65,7 @@ DET_MIN_X_TILE = 16
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
 # how a warpgroup reads its weight tile (see a_load)
 A_LOADS = ("wgmma", "upcast_2x", "relabel_4x")
-PARTS_SUMS = ("cond", "select")  # how in-CTA K parts are closed (see parts_sum)
+PARTS_SUMS = ("cond", "select", "store")  # how in-CTA K parts are closed (see parts_sum)
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
 FOUR_WG_MAX_X_TILE = 32
@@ -82,17 +82,22 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
 
-    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first):
+    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
         # (carry,) with this tile's scales in ws_tile, loaded once (_scope)
         ws = (refs[0], None) if scales == "rows" else (ws_tile, (first + idx[0]) * blocks)
         carry = refs[-1]
         if k_parts == 1:
             return one_block(w_smem, x_smem, ws, carry, a_smem)
-        run, grand = carry  # this part's running total; the finished parts' sum
-        run = one_block(w_smem, x_smem, ws, run, a_smem)
         i = idx[0] + 1
         ends = i - (i // per_part) * per_part == 0  # (lax.rem: see _scope)
+        if parts_sum == "store":  # each part to its own output slab, then from zero again
+            run = one_block(w_smem, x_smem, ws, carry, a_smem)
+            pl.when(ends)(lambda: store_part(run, idx[0] // per_part))
+            zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
+            return jnp.where(lax.broadcast_in_dim(ends, run.shape, ()), zero, run)
+        run, grand = carry  # this part's running total; the finished parts' sum
+        run = one_block(w_smem, x_smem, ws, run, a_smem)
         zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
         if parts_sum == "select":  # branch-free: two selects and an add every step
             every = lax.broadcast_in_dim(ends, run.shape, ())  # (no implicit broadcasts here)
@@ -188,9 +193,26 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 plgpu.copy_gmem_to_smem(src, ws_tile, ws_bar)
             plgpu.barrier_wait(ws_bar)
             ws_refs = ()
-        context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem.at[split],
-                                    row_slice=n_slice, col_slice=m_slice, parts=k_parts > 1)
-        step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps)
+        slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
+
+        def store_part(total, part):  # this warpgroup's rows of the tile to slab `part`
+            wg = lax.axis_index("wg")
+            plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last store has read it
+            out_smem[wg] = total.astype(out_smem.dtype)
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(out_smem.at[wg], out_gmem.at[split * slabs + part].at[
+                n_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), m_slice])
+
+        if slabs > 1:  # every part stored as it ends (store_part)
+            def context(run):
+                zero = plgpu.layout_cast(jnp.zeros(out_smem.shape[1:], F32), plgpu.Layout.WGMMA)
+                run(zero)
+        else:
+            context = functools.partial(store_rows, out_smem=out_smem,
+                                        out_gmem=out_gmem.at[split], row_slice=n_slice,
+                                        col_slice=m_slice, parts=k_parts > 1)
+        step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps,
+                                      store_part=store_part)
         # x's last tile may reach past its rows: TMA fills those with zeros
         pipeline(step_body, context, split * steps)(
             w_gmem.at[n_slice], x_gmem.at[m_slice], *ws_refs, allocations=allocs)
@@ -226,7 +248,9 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     cheaper by bytes: in-CTA parts stream the weight (K bytes per weight row) on the fraction
     f = min(1, tiles / SMs) of the SMs their tiles occupy; ranges stream it on all of them
     plus the partials' round trip (8 * P * rows bytes per weight row) -- ranges iff
-    8 * P * rows < K * (1/f - 1), up to SPLIT_MAX_M rows. Both give the same sums
+    8 * P * rows < K * (1/f - 1), up to SPLIT_MAX_M rows. The ranges run as default mode's
+    decode CTAs (R = decode_params' K ranges, at most P), each storing its P / R parts as
+    slabs of their own (parts_sum="store"), so the launch is default mode's. Both give the same sums
     (test_interpreter_fixed_k_order_..., on the GPU test_gpu_fixed_k_order_...). Inside
     `common.k_shards` (k: one device's slice) every device runs its P / count parts as ranges;
     their partials are gathered and added in order."""
@@ -238,8 +262,15 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     rows = cdiv(m, block_m) * block_m
     fill = min(1.0, n // (compute_wgs * WG_ROWS) * (rows // block_m) / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
-    if shards is not None or ranges:
+    if shards is not None:
         return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs)
+    if ranges:  # as many CTAs per tile as default mode's decode settings, each storing its
+        # P / R parts as slabs (parts_sum="store"): the P ranges' bits (session 9)
+        r = min(parts, decode_params(m, n, k, sms, compute_wgs)["k_splits"])
+        if r == parts:
+            return dict(block_m=block_m, k_splits=parts, k_parts=1, compute_wgs=compute_wgs)
+        return dict(block_m=block_m, k_splits=r, k_parts=parts // r, parts_sum="store",
+                    compute_wgs=compute_wgs)
     return dict(block_m=block_m, k_splits=1, k_parts=parts, compute_wgs=compute_wgs)
 
 
@@ -327,8 +358,10 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       (benchmarks/NOTES.md); the dispatcher uses "wgmma".
     parts_sum: how each in-CTA K part (k_parts > 1) is closed at its last K-block: "cond" (a
       lax.cond per step; ~15% against k_parts=1 at M >= 1024, session 7) or "select" (two
-      selects and an add per step, no branch) -- the same sums. Prepared in session 8 (CPU
-      only); the dispatcher uses "cond".
+      selects and an add per step, no branch; session 9: slower than the cond) add it to the
+      finished parts' sum; "store" writes it to its own float32 slab (k_splits * k_parts slabs,
+      summed in K order afterwards as K ranges are) -- bitwise what k_splits * k_parts ranges
+      give, from fewer and longer CTAs (deterministic mode at decode: det_params).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -413,7 +446,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32
-    kernel_out = jnp.dtype(F32) if writes_partials(k_splits) or narrow else out_dtype
+    slabs = k_splits * (k_parts if parts_sum == "store" else 1)
+    kernel_out = jnp.dtype(F32) if writes_partials(slabs) or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
                      blocks_per_step, compute_wgs, scales == "rows", k)
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
@@ -427,7 +461,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales),
-        jax.ShapeDtypeStruct((k_splits, n, mp), kernel_out),
+        jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
         n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
-    yt = sum_device_splits(call(w, x, ws), k_splits, n, mp)  # ranges in K order
+    yt = sum_device_splits(call(w, x, ws), slabs, n, mp)  # ranges (parts) in K order
     return yt.T[:m].astype(out_dtype)

@@ -92,8 +92,12 @@ def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
         ranges = run(k_splits=parts)
         np.testing.assert_array_equal(run(k_parts=parts), ranges)
         np.testing.assert_array_equal(run(k_parts=parts, parts_sum="select"), ranges)
+        np.testing.assert_array_equal(run(k_parts=parts, parts_sum="store"), ranges)
         _check(jnp.asarray(ranges), x, w, ws, jnp.float32)
     _check(jnp.asarray(run(k_splits=2, k_parts=2)), x, w, ws, jnp.float32)
+    # stored parts are ranges wherever they run: 2 ranges x 2 stored parts = 4 ranges
+    np.testing.assert_array_equal(run(k_splits=2, k_parts=2, parts_sum="store"),
+                                  run(k_splits=4))
 
 
 def _scale_routes_agree(rng, m, n, k, kind, *, interpret, **params):
@@ -177,7 +181,7 @@ def test_stages_must_fit_shared_memory(rng):
     with pytest.raises(ValueError, match=r"a_load must be one of \('wgmma', 'upcast_2x', "
                                          r"'relabel_4x'\), got 'ldmatrix'"):
         fp8_block_a16_matmul_mgpu(x, w, ws, a_load="ldmatrix")
-    with pytest.raises(ValueError, match=r"parts_sum must be one of \('cond', 'select'\)"):
+    with pytest.raises(ValueError, match=r"parts_sum must be one of \('cond', 'select', 'store'\)"):
         fp8_block_a16_matmul_mgpu(x, w, ws, parts_sum="smem")
     with pytest.raises(ValueError, match="compute_wgs=4 holds x tiles of up to 32 rows"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=64)
@@ -344,10 +348,14 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
         for n, k in ((4096, 4096), (28672, 4096), (2560, 7168), (256, 384)):
             p = det_params(m, n, k, 132)
             assert p["k_splits"] * p["k_parts"] == det_k_parts(k, 128), (m, n, k, p)
-            assert 1 in (p["k_splits"], p["k_parts"]) and p["block_m"] >= DET_MIN_X_TILE
-    assert det_params(1, 4096, 4096, 132)["k_splits"] == 8  # 32 weight tiles: SMs idle
+            # ranges and in-CTA parts mix only as stored parts (each its own slab)
+            assert (1 in (p["k_splits"], p["k_parts"]) or p["parts_sum"] == "store"), p
+            assert p["block_m"] >= DET_MIN_X_TILE
+    # 32 weight tiles: SMs idle -- as ranges, launched as default mode's 4 decode CTAs a tile
+    assert det_params(1, 4096, 4096, 132) == dict(block_m=16, k_splits=4, k_parts=2,
+                                                  parts_sum="store", compute_wgs=2)
     assert det_params(1, 28672, 4096, 132)["k_parts"] == 8  # 224 tiles fill the SMs
-    assert det_params(64, 4096, 4096, 132)["k_splits"] == 8  # 32 tiles: 1/4 of the SMs busy
+    assert det_params(64, 4096, 4096, 132)["k_splits"] == 4  # 32 tiles: 1/4 of the SMs busy
     assert det_params(256, 4096, 4096, 132)["k_parts"] == 8  # partials 2x the weight's bytes
     with k_shards("tp", 2):  # a device's K-slice: its half of the parts, always as ranges
         assert det_params(4096, 28672, 2048, 132) == dict(block_m=128, k_splits=4, k_parts=1,
@@ -397,14 +405,17 @@ def test_gpu_a_loads_match_float64(rng, m, params):
 
 @pytest.mark.gpu
 def test_gpu_parts_closed_by_selects_give_the_same_bits(rng):
-    """parts_sum="select" (prepared in session 8) against "cond" and against as many K ranges,
-    at a prefill M where deterministic mode runs in-CTA parts."""
+    """parts_sum="select" (session 8) and "store" (session 9) against "cond" and against as
+    many K ranges, at a prefill M where deterministic mode runs in-CTA parts."""
     x, w, ws = _operands(rng, 300, 2560, 7168)
     run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, out_dtype=jnp.float32, **kw))(x, w, ws))
     ranges = run(k_splits=8)
-    for parts_sum in ("cond", "select"):
+    for parts_sum in ("cond", "select", "store"):
         np.testing.assert_array_equal(run(k_parts=8, parts_sum=parts_sum), ranges)
+    # deterministic decode's kind of launch: 2 ranges x 4 stored parts (7 K-blocks each)
+    np.testing.assert_array_equal(run(k_splits=2, k_parts=4, parts_sum="store",
+                                      blocks_per_step=1), ranges)
 
 
 @pytest.mark.gpu
