@@ -273,6 +273,8 @@ def main() -> int:
          "block and channel scales as stored and x unpadded (session 9, 11 shapes; per-channel "
          "on it from M=1, per-tensor M=1 on the Triton gemv; supersedes the W8A16 tables above "
          "at these M)"),
+        ("h200_fp8_grid_s9_det.json", "FP8 W8A16 deterministic mode with default mode's decode "
+         "launch (each CTA storing its K parts as slabs; session 9, 11 shapes)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
