@@ -1,8 +1,7 @@
 """FP8 weight-only (W8A16: e4m3 weights with 128x128 block, per-channel or per-tensor scales,
 bf16/f16 activations) on Mosaic GPU -- the default-mode path of `pallas_fp8_w8a16` on sm_90 for
-16-bit activations (pallas_kernels.fp8_paths): at every M for block and per-channel scales,
-from M=2 for per-tensor ones (the dense path takes whole-K scales from M=1024); in
-deterministic mode at every M. H200, 11 shapes (NOTES.md, sessions 6-9): fp8_block_a16 1.67x
+16-bit activations (pallas_kernels.fp8_paths): at every M below the dense path's (which takes
+whole-K scales from M=1024); in deterministic mode at every M. H200, 11 shapes (NOTES.md, sessions 6-9): fp8_block_a16 1.67x
 bf16 at M=1 and 1.59x at M=16 (geomean; 1.29-2.02x, session 9), 0.75-0.77x at M=256 to 1024,
 where the Triton kernel ran 0.83x / 0.81x and 0.45x / 0.42x.
 
@@ -21,11 +20,10 @@ total += part * w_scale[n // 128, kb] in float32, in K order. With k_splits rang
 range's total starts from zero and the ranges' totals are added in K order afterwards.
 
 Layout: w (N, K) e4m3, N and K multiples of 128 (block formats store them padded); x (M, K)
-bf16 or f16 (its last tile of block_m rows read past its end as zeros by TMA); block and
-channel scales read as stored, each CTA loading its tile's once (_scale_operand; per-tensor
-scales, and block scales of a K TMA cannot move in one row, go as one float32 row per K-block,
-(K/128, N), beside the tiles). Per-channel and per-tensor scales multiply each K-block's part
-by the row's one scale, as block scales do.
+bf16 or f16 (its last tile of block_m rows read past its end as zeros by TMA); scales read
+as stored, each CTA loading its tile's once (_scale_operand; block scales of a K TMA cannot
+move in one row go as one float32 row per K-block, (K/128, N), beside the tiles). Per-channel
+and per-tensor scales multiply each K-block's part by the row's one scale, as block scales do.
 
 Deterministic mode runs this kernel at every M too (det_params: the K order a function of K
 alone), never the Triton kernels for some M and this one for others: their bits differ even
@@ -110,6 +108,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ws_smem, k_block = ws  # k_block: the step's first K-block (scales="block")
 
         def scale(j, shape):  # K-block j of the step: its scale for this warpgroup's rows
+            if scales == "tensor":  # one value, loaded once (_scope)
+                return lax.broadcast_in_dim(ws_smem, shape, ())
             if scales == "block":  # one value per 128 weight rows
                 v = ws_smem[wg * WG_ROWS // BLOCK, k_block + j]
                 return lax.broadcast_in_dim(v, shape, ())
@@ -162,7 +162,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     # the tile's scales as stored, loaded once: "block" its rows of (N/128, K/128), "channel"
     # its slice of (1, N)
     tile_scales = {"block": (tile_rows // BLOCK, k // BLOCK), "channel": (1, tile_rows)}
-    if scales != "rows":
+    if scales in tile_scales:
         scratch.update(ws_tile=plgpu.SMEM(tile_scales[scales], F32),
                        ws_bar=plgpu.Barrier(num_arrivals=1))
     pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales == "rows" else ())
@@ -184,6 +184,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         m_slice = pl.ds(m_idx * block_m, block_m)
         if scales == "rows":
             ws_refs = (ws_gmem.at[:, n_slice],)
+        elif scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
+            ws_tile, ws_refs = ws_gmem[0, 0], ()
         else:
             src = (ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)]
                    if scales == "block" else ws_gmem.at[:, n_slice])
@@ -415,9 +417,10 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
 def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.Array, str]:
     """The weight scale as the kernel reads it, and how (_kernel's `scales`): block scales as
     stored, (N/128, K/128), each CTA loading its rows once -- where TMA can move such a row
-    (K/128 a multiple of 4 and at most 256); channel scales as stored, viewed (1, N); else
-    (per-tensor, other K) weight_scale_rows' (K/128, N) rows, one per pipeline step. The same
-    values multiply the same partial sums either way. Session 9: the rows cost an XLA pass of
+    (K/128 a multiple of 4 and at most 256); channel scales as stored, viewed (1, N); the
+    per-tensor scale as stored, (1, 1), read once from global memory; else (block scales of
+    other K) weight_scale_rows' (K/128, N) rows, one per pipeline step. The same values
+    multiply the same partial sums either way. Session 9: the rows cost an XLA pass of
     1.2-2.8 us per call on the H200 (benchmarks/decode_breakdown.py) and, for block scales,
     another 3% of the weight's bytes read."""
     kb = k // BLOCK
@@ -425,6 +428,8 @@ def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.A
         return w_scale.astype(F32), "block"
     if kind == "channel":
         return w_scale.astype(F32).reshape(1, n), "channel"
+    if kind == "tensor":
+        return w_scale.astype(F32), "tensor"
     return weight_scale_rows(w_scale, kind, n, k), "rows"
 
 

@@ -30,11 +30,10 @@ DENSE_MIN_M = 1024
 MGPU_MIN_M = 256
 # Below MGPU_MIN_M weight-only takes the Mosaic kernel's decode settings (small x tiles, K
 # ranges): block scales 1.07-1.65x bf16 at M=1..64 vs Triton's 0.78-1.13x (6 shapes, session
-# 6). Per-channel from M=1 since the kernel reads the stored scales itself (session 9: the
-# Triton gemv ran 1.37-1.63x at M=1, the Mosaic kernel with block scales 1.38-1.95x, 11
-# shapes); per-tensor from M=2 (its scale still goes as per-step rows, an XLA pass: the gemv
-# keeps M=1).
-MGPU_A16_MIN_M = {"block": 1, "channel": 1, "tensor": 2}
+# 6). Per-channel and per-tensor from M=1 too since the kernel reads the stored scales itself
+# (session 9: the Triton gemv ran 1.37-1.63x at M=1, the Mosaic kernel 1.39-2.04x with
+# channel scales, 11 shapes).
+MGPU_A16_MIN_M = {"block": 1, "channel": 1, "tensor": 1}
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:

@@ -117,24 +117,24 @@ def _scale_routes_agree(rng, m, n, k, kind, *, interpret, **params):
     _check(jnp.asarray(y), x, w, ws, jnp.float32)
 
 
-@pytest.mark.parametrize("kind", ["block", "channel"])
+@pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
 def test_interpreter_scales_read_as_stored_match_the_rows(rng, kind):
-    """Block scales (N/128, K/128) and channel scales (N, 1) as stored, each CTA loading its
-    tile's once: the same bits as the per-step scale rows. M=3 in 8-row tiles (rows past x's
+    """Block scales (N/128, K/128), channel scales (N, 1) and the tensor scale (1, 1) as
+    stored, each CTA loading its tile's once: the same bits as the per-step scale rows. M=3 in 8-row tiles (rows past x's
     end), two K ranges."""
     _scale_routes_agree(rng, 3, 256, 512, kind, interpret=True, block_m=8, k_splits=2)
 
 
 def test_scale_operand_routes():
     """Block scales as stored where TMA moves a tile's row in one copy (K/128 a multiple of 4,
-    at most 256); else, and for per-tensor scales, one row per K-block."""
+    at most 256), else one row per K-block; channel and tensor scales as stored."""
     for k, route in ((512, "block"), (7168, "block"), (32768, "block"), (384, "rows"),
                      (33280, "rows")):
         ws = jnp.ones((2, k // 128), jnp.float32)
         assert _scale_operand(ws, "block", 256, k)[1] == route, k
     assert _scale_operand(jnp.ones((256, 1)), "channel", 256, 512)[0].shape == (1, 256)
     ws, route = _scale_operand(jnp.full((1, 1), 3.0), "tensor", 256, 512)
-    assert route == "rows" and ws.shape == (4, 256)
+    assert route == "tensor" and ws.shape == (1, 1)
 
 
 @pytest.mark.parametrize("m,k", [(1, 384), (5, 640)])
@@ -419,7 +419,7 @@ def test_gpu_parts_closed_by_selects_give_the_same_bits(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["block", "channel"])
+@pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
 @pytest.mark.parametrize("m", [1, 7, 300])
 def test_gpu_scales_read_as_stored_match_the_rows(rng, kind, m):
     """As the interpreter test, at a real size: decode tiles with K ranges (M=1, 7: rows past

@@ -308,9 +308,8 @@ def test_paths_are_chosen_only_in_default_mode():
     assert a16(4096, w_scale_kind="block", **shape) == "mgpu"
     assert a16(MGPU_MIN_M, **shape) == "mgpu" and a16(1024, **shape) == "dense"
     assert a16(1, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
-    assert a16(1, **shape) == "mgpu"  # per-channel: the kernel reads the stored scales
-    tensor = dict(w_scale_kind="tensor", **shape)
-    assert a16(2, **tensor) == "mgpu" and a16(1, **tensor) == "pallas"  # the Triton gemv
+    assert a16(1, **shape) == "mgpu"  # the kernel reads the stored scales
+    assert a16(1, w_scale_kind="tensor", **shape) == "mgpu"
     assert a16(1, w_scale_kind="block", **{**shape, "interpret": False}) == (
         "mgpu" if mosaic_wgmma_ok(False) else "pallas")
     assert a16(512, w_scale_kind="block", **{**shape, "x_dtype": jnp.float32}) == "pallas"
