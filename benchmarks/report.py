@@ -271,10 +271,12 @@ def main() -> int:
          "conversion (session 8, withdrawn: 5-13% slower than session 7 at M >= 256)"),
         ("h200_fp8_grid_s9_scales.json", "FP8 W8A16 at M=1-256 with the Mosaic kernel reading "
          "block and channel scales as stored and x unpadded (session 9, 11 shapes; per-channel "
-         "on it from M=1, per-tensor M=1 on the Triton gemv; supersedes the W8A16 tables above "
+         "on it from M=1, per-tensor M=1 on the Triton gemv then; supersedes the W8A16 tables above "
          "at these M)"),
         ("h200_fp8_grid_s9_det.json", "FP8 W8A16 deterministic mode with default mode's decode "
          "launch (each CTA storing its K parts as slabs; session 9, 11 shapes)"),
+        ("h200_fp8_grid_s9_per_tensor.json", "FP8 per-tensor W8A16 with its scale read as "
+         "stored, on the Mosaic kernel from M=1 (session 9, 11 shapes)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
