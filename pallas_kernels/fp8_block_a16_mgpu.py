@@ -82,7 +82,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
-        # (carry,) with this tile's scales in ws_tile, loaded once (_scope)
+        # (carry,) with this tile's scales in ws_tile, loaded once (_scope; "tensor": the value)
         ws = (refs[0], None) if scales == "rows" else (ws_tile, (first + idx[0]) * blocks)
         carry = refs[-1]
         if k_parts == 1:
