@@ -26,16 +26,19 @@ import jax.numpy as jnp
 import jqlin
 from jqlin import bench
 
-COPIES = 4  # weight copies rotated through (bench.py sizes these by L2; 4 x >= 16 MB here)
+SETS = 4  # at least this many argument sets for the timed products to rotate through
 
 
 def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -> dict:
     """chain > 1: one executable runs `chain` products (each its own weight copy, kept apart
     by an optimization barrier, as in a model's layers); figures are per product."""
     key = jax.random.key(0)
-    copies = max(COPIES, chain)
-    weights = [bench._make_weight(jax.random.fold_in(key, i), None if op == "bf16" else op,
-                                  n, k) for i in range(copies)]
+    fmt = None if op == "bf16" else op
+    weights = [bench._make_weight(jax.random.fold_in(key, 0), fmt, n, k)]
+    # enough copies that no product finds its weight in L2 (bench.py's rule), one per layer
+    copies = max(bench._copies(bench._nbytes(weights[0])), chain)
+    weights += [bench._make_weight(jax.random.fold_in(key, i), fmt, n, k)
+                for i in range(1, copies)]
     x = jax.random.normal(key, (m, k), jnp.bfloat16)
     name = f"breakdown_{op}_{k}x{n}_m{m}_c{chain}"
 
@@ -50,13 +53,14 @@ def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -
         return out
     product.__name__ = product.__qualname__ = name
     fn = jax.jit(product)
-    sets = [[weights[(i * chain + j) % copies] for j in range(chain)] for i in range(COPIES)]
+    n_sets = max(SETS, -(-copies // chain))  # every copy in turn
+    sets = [[weights[(i * chain + j) % copies] for j in range(chain)] for i in range(n_sets)]
     for ws in sets:  # compile, warm up
         jax.block_until_ready(fn(x, ws))
     trace_dir = tempfile.mkdtemp(prefix="jqlin_breakdown_")
     jax.profiler.start_trace(trace_dir)
     for i in range(reps):
-        jax.block_until_ready(fn(x, sets[i % COPIES]))
+        jax.block_until_ready(fn(x, sets[i % n_sets]))
     jax.profiler.stop_trace()
     found = [e[1:] for e in bench.kernel_events(trace_dir)]
     shutil.rmtree(trace_dir, ignore_errors=True)
