@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                         "skips bf16 (its 64 KB weight tiles)")
     p.add_argument("--a-loads", default="wgmma",
                    help="comma list of fp8_block_a16_matmul_mgpu a_load values for the 8-bit "
-                        "streams (fp8, int8), e.g. wgmma,upcast_2x,relabel_4x")
+                        "streams (fp8, int8), e.g. wgmma,relabel_4x")
     p.add_argument("--streams", default="int4,fp8",
                    help=f"comma list of {STREAMS}: the streams timed (int4 also from shared "
                         "memory)")

@@ -36,6 +36,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax._src import dtypes  # itemsize_bits: the public dtype API has no sub-byte sizes
 from jax.experimental import pallas as pl
@@ -46,7 +47,8 @@ from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
 from .mgpu_relabel import permute_k, relabel
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
-                          swizzled, tile_index, warpgroup_pipeline, weight_scale_rows)
+                          store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
+                          weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "det_params", "launch_params",
            "X_TILES", "DET_MIN_X_TILE"]
@@ -62,8 +64,8 @@ SPLIT_MAX_M = 256
 DET_MIN_X_TILE = 16
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
 # how a warpgroup reads its weight tile (see a_load)
-A_LOADS = ("wgmma", "upcast_2x", "relabel_4x")
-PARTS_SUMS = ("cond", "select", "store")  # how in-CTA K parts are closed (see parts_sum)
+A_LOADS = ("wgmma", "relabel_4x")
+PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
 FOUR_WG_MAX_X_TILE = 32
@@ -92,14 +94,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         if parts_sum == "store":  # each part to its own output slab, then from zero again
             run = one_block(w_smem, x_smem, ws, carry, a_smem)
             pl.when(ends)(lambda: store_part(run, idx[0] // per_part))
-            zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
-            return jnp.where(lax.broadcast_in_dim(ends, run.shape, ()), zero, run)
+            return jnp.where(lax.broadcast_in_dim(ends, run.shape, ()), zero_total(run.shape),
+                             run)
         run, grand = carry  # this part's running total; the finished parts' sum
         run = one_block(w_smem, x_smem, ws, run, a_smem)
-        zero = plgpu.layout_cast(jnp.zeros(run.shape, F32), plgpu.Layout.WGMMA)
-        if parts_sum == "select":  # branch-free: two selects and an add every step
-            every = lax.broadcast_in_dim(ends, run.shape, ())  # (no implicit broadcasts here)
-            return jnp.where(every, zero, run), grand + jnp.where(every, run, zero)
+        zero = zero_total(run.shape)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
     def one_block(w_smem, x_smem, ws, total, a_smem):  # one step: `blocks` K-blocks
@@ -126,10 +125,6 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 # (session 8, NOTES.md)
                 if a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
                     w = w_smem[rows, cols]
-                elif a_load == "upcast_2x":  # 16 32-bit loads, then a shuffle per register
-                    w = plgpu.layout_cast(plgpu.load(w_smem.at[rows, cols],
-                                                     layout=plgpu.Layout.WGMMA_UPCAST_2X),
-                                          plgpu.Layout.WGMMA)
                 else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)
                     w = relabel(plgpu.load(w_smem.at[rows, cols],
                                            layout=plgpu.Layout.WGMMA_UPCAST_4X))
@@ -159,11 +154,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
         a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
-    # the tile's scales as stored, loaded once: "block" its rows of (N/128, K/128), "channel"
-    # its slice of (1, N)
-    tile_scales = {"block": (tile_rows // BLOCK, k // BLOCK), "channel": (1, tile_rows)}
-    if scales in tile_scales:
-        scratch.update(ws_tile=plgpu.SMEM(tile_scales[scales], F32),
+    if scales in ("block", "channel"):
+        scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k), F32),
                        ws_bar=plgpu.Barrier(num_arrivals=1))
     pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales == "rows" else ())
 
@@ -198,17 +190,12 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
 
         def store_part(total, part):  # this warpgroup's rows of the tile to slab `part`
-            wg = lax.axis_index("wg")
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last store has read it
-            out_smem[wg] = total.astype(out_smem.dtype)
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(out_smem.at[wg], out_gmem.at[split * slabs + part].at[
-                n_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), m_slice])
+            store_wg_rows(total, out_smem=out_smem, out_gmem=out_gmem.at[split * slabs + part],
+                          row_slice=n_slice, col_slice=m_slice)
 
         if slabs > 1:  # every part stored as it ends (store_part)
             def context(run):
-                zero = plgpu.layout_cast(jnp.zeros(out_smem.shape[1:], F32), plgpu.Layout.WGMMA)
-                run(zero)
+                run(zero_total(out_smem.shape[1:]))
         else:
             context = functools.partial(store_rows, out_smem=out_smem,
                                         out_gmem=out_gmem.at[split], row_slice=n_slice,
@@ -296,16 +283,24 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     return dict(a_in_registers=not interpret, **small)
 
 
+def _tile_scales(scales: str, tile_rows: int, k: int) -> tuple[int, int]:
+    """The shared-memory copy of a tile's scales as stored, loaded once: "block" its rows of
+    (N/128, K/128), "channel" its slice of (1, N); "tensor" (a value) and "rows" (a row per
+    step, in the pipeline's stages) keep none."""
+    return {"block": (tile_rows // BLOCK, k // BLOCK), "channel": (1, tile_rows)}.get(
+        scales, (0, 0))
+
+
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
-            a_in_registers: bool, blocks: int = 1, wgs: int = 2, scale_rows: bool = True,
+            a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
             k: int = 0) -> int:
-    # w, x (and with scale_rows, scale) tiles of `blocks` K-blocks; else the tile's scales once
+    # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once
     tile_rows = wgs * WG_ROWS
     per_step = blocks * (tile_rows * BLOCK + block_m * BLOCK * x_bytes
-                         + (tile_rows * 4 if scale_rows else 0))
+                         + (tile_rows * 4 if scales == "rows" else 0))
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
-    fixed += 0 if scale_rows else 4 * max(tile_rows, tile_rows // BLOCK * k // BLOCK)
+    fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k)))
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
         return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
@@ -350,20 +345,20 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     keeps two.
     a_load: how a compute warpgroup reads its 64 x 128 weight tile from shared memory:
       "wgmma" straight into wgmma's register layout (two 8-bit values per load: 32 loads per
-      thread and K-block); "upcast_2x" through Mosaic's WGMMA_UPCAST_2X layout (four per load,
-      then one warp shuffle per register into wgmma's layout: 16 + 16) -- the same values;
-      "relabel_4x" through WGMMA_UPCAST_4X (eight per load: 8 loads) with the registers
-      declared as wgmma's layout as they are, which permutes K inside every 32 columns; x is
-      permuted to match (mgpu_relabel: the same products, summed in another order -- bits may
-      differ from "wgmma"; the interpreter permutes w instead). Prepared in session 8 (CPU
-      only) to test whether shared-memory load instructions bound the decode kernel
-      (benchmarks/NOTES.md); the dispatcher uses "wgmma".
+      thread and K-block); "relabel_4x" through WGMMA_UPCAST_4X (eight per load: 8 loads) with
+      the registers declared as wgmma's layout as they are, which permutes K inside every 32
+      columns; x is permuted to match (mgpu_relabel: the same products, summed in another
+      order -- bits may differ from "wgmma"; the interpreter permutes w instead). H200,
+      session 9: no faster for e4m3 weights (the loads are not the decode floor); kept for a
+      4-bit kernel, whose decode wants whole registers of codes (NOTES.md, session 7). The
+      dispatcher uses "wgmma". (Session 8's "upcast_2x", WGMMA_UPCAST_2X loads plus a shuffle
+      per register, measured no faster either and was removed.)
     parts_sum: how each in-CTA K part (k_parts > 1) is closed at its last K-block: "cond" (a
-      lax.cond per step; ~15% against k_parts=1 at M >= 1024, session 7) or "select" (two
-      selects and an add per step, no branch; session 9: slower than the cond) add it to the
-      finished parts' sum; "store" writes it to its own float32 slab (k_splits * k_parts slabs,
-      summed in K order afterwards as K ranges are) -- bitwise what k_splits * k_parts ranges
-      give, from fewer and longer CTAs (deterministic mode at decode: det_params).
+      lax.cond per step adds it to the finished parts' sum; ~15% against k_parts=1 at M >=
+      1024, session 7; session 8's branch-free selects were slower still, session 9, and were
+      removed) or "store" (written to its own float32 slab: k_splits * k_parts slabs, summed in
+      K order afterwards as K ranges are) -- bitwise what k_splits * k_parts ranges give, from
+      fewer and longer CTAs (deterministic mode at decode: det_params).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -454,7 +449,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     slabs = k_splits * (k_parts if parts_sum == "store" else 1)
     kernel_out = jnp.dtype(F32) if writes_partials(slabs) or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
-                     blocks_per_step, compute_wgs, scales == "rows", k)
+                     blocks_per_step, compute_wgs, scales, k)
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.

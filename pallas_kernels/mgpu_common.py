@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
-           "store_rows", "weight_scale_rows", "interpret_params", "mgpu_kernel", "COMPUTE_WGS"]
+           "store_rows", "store_wg_rows", "zero_total", "weight_scale_rows", "interpret_params", "mgpu_kernel", "COMPUTE_WGS"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup
@@ -90,20 +90,32 @@ def warpgroup_pipeline(body, context, *, steps: int, in_specs, stages: int,
     return run
 
 
-def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False) -> None:
-    """A pipeline's compute context: run it from a zero float32 total, then store this
-    warpgroup's 64 rows of the tile through shared memory (out_smem: (compute warpgroups, 64,
-    tile columns)).
-    parts: the carry is (running part, sum of finished parts), both from zero; the latter is
-    stored."""
+def zero_total(shape) -> jax.Array:
+    """A float32 zero in wgmma's accumulator layout (a warpgroup's running total)."""
+    return plgpu.layout_cast(jnp.zeros(shape, jnp.float32), plgpu.Layout.WGMMA)
+
+
+def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice) -> None:
+    """Store this warpgroup's 64 rows of the tile (row_slice, col_slice of out_gmem) through its
+    slot of out_smem ((compute warpgroups, 64, tile columns)), once the slot's last store has
+    read it."""
     wg = lax.axis_index("wg")
-    zero = plgpu.layout_cast(jnp.zeros(out_smem.shape[1:], jnp.float32), plgpu.Layout.WGMMA)
-    total = run((zero, zero))[1] if parts else run(zero)
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous tile's store has read it
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
     out_smem[wg] = total.astype(out_smem.dtype)
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(
         out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), col_slice])
+
+
+def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False) -> None:
+    """A pipeline's compute context: run it from a zero float32 total, then store this
+    warpgroup's 64 rows of the tile (store_wg_rows).
+    parts: the carry is (running part, sum of finished parts), both from zero; the latter is
+    stored."""
+    zero = zero_total(out_smem.shape[1:])
+    total = run((zero, zero))[1] if parts else run(zero)
+    store_wg_rows(total, out_smem=out_smem, out_gmem=out_gmem, row_slice=row_slice,
+                  col_slice=col_slice)
 
 
 def weight_scale_rows(w_scale: jax.Array, kind: str, n: int, k: int) -> jax.Array:

@@ -91,7 +91,6 @@ def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
     for parts in (2, 4):
         ranges = run(k_splits=parts)
         np.testing.assert_array_equal(run(k_parts=parts), ranges)
-        np.testing.assert_array_equal(run(k_parts=parts, parts_sum="select"), ranges)
         np.testing.assert_array_equal(run(k_parts=parts, parts_sum="store"), ranges)
         _check(jnp.asarray(ranges), x, w, ws, jnp.float32)
     _check(jnp.asarray(run(k_splits=2, k_parts=2)), x, w, ws, jnp.float32)
@@ -178,10 +177,10 @@ def test_stages_must_fit_shared_memory(rng):
                                          r"multiple of 64 \* compute_wgs, got 4"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=8)
     x, w, ws = _operands(rng, 8, 256, 256)
-    with pytest.raises(ValueError, match=r"a_load must be one of \('wgmma', 'upcast_2x', "
-                                         r"'relabel_4x'\), got 'ldmatrix'"):
+    with pytest.raises(ValueError, match=r"a_load must be one of \('wgmma', 'relabel_4x'\), "
+                                         r"got 'ldmatrix'"):
         fp8_block_a16_matmul_mgpu(x, w, ws, a_load="ldmatrix")
-    with pytest.raises(ValueError, match=r"parts_sum must be one of \('cond', 'select', 'store'\)"):
+    with pytest.raises(ValueError, match=r"parts_sum must be one of \('cond', 'store'\)"):
         fp8_block_a16_matmul_mgpu(x, w, ws, parts_sum="smem")
     with pytest.raises(ValueError, match="compute_wgs=4 holds x tiles of up to 32 rows"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=64)
@@ -197,12 +196,12 @@ def test_interpreter_whole_k_scales_match_float64(rng, scale_kind):
 
 @pytest.mark.parametrize("a_in_registers,k_parts,blocks,wgs,a_load", [
     (True, 1, 1, 2, "wgmma"), (False, 1, 1, 2, "wgmma"), (True, 4, 1, 2, "wgmma"),
-    (True, 1, 2, 2, "wgmma"), (True, 1, 2, 4, "wgmma"), (True, 1, 2, 2, "upcast_2x"),
-    (True, 1, 2, 2, "relabel_4x"), (True, 4, 1, 2, "select")])
+    (True, 1, 2, 2, "wgmma"), (True, 1, 2, 4, "wgmma"), (True, 1, 2, 2, "relabel_4x"),
+    (True, 4, 1, 2, "store")])
 def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs, a_load):
-    small = wgs == 4 or a_load not in ("wgmma", "select")
+    small = wgs == 4 or a_load not in ("wgmma", "store")
     args = _operands(rng, 16 if small else 256, 512, 1024)
-    load, parts_sum = (("wgmma", "select") if a_load == "select" else (a_load, "cond"))
+    load, parts_sum = (("wgmma", "store") if a_load == "store" else (a_load, "cond"))
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, a_in_registers=a_in_registers, k_parts=k_parts, blocks_per_step=blocks,
         compute_wgs=wgs, block_m=16 if small else 128, a_load=load, parts_sum=parts_sum))
@@ -265,19 +264,14 @@ def test_relabel_permutes_k_inside_32_columns():
     assert np.all(p[1::2] == p[::2] + 1) and p[2] == 8  # 2 -> 8: the first moved pair
 
 
-@pytest.mark.parametrize("a_load", ["upcast_2x", "relabel_4x"])
-def test_interpreter_a_loads_match_float64(rng, a_load):
-    """The weight tile read through another register layout: upcast_2x gives the bits of
-    "wgmma"; relabel_4x (K permuted in w and x alike; here the interpreter's jnp route) the same
-    product within the float64 bound."""
+def test_interpreter_relabel_4x_matches_float64(rng):
+    """The weight tile read through WGMMA_UPCAST_4X and relabelled (K permuted in w and x
+    alike; here the interpreter's jnp route): the same product within the float64 bound."""
     x, w, ws = _operands(rng, 5, 256, 1024)
-    run = lambda a: np.asarray(fp8_block_a16_matmul_mgpu(
-        x, w, ws, out_dtype=jnp.float32, interpret=True, a_in_registers=False, block_m=16,
-        k_splits=2, a_load=a))
-    y = run(a_load)
-    if a_load == "upcast_2x":
-        np.testing.assert_array_equal(y, run("wgmma"))
-    _check(jnp.asarray(y), x, w, ws, jnp.float32)
+    y = fp8_block_a16_matmul_mgpu(x, w, ws, out_dtype=jnp.float32, interpret=True,
+                                  a_in_registers=False, block_m=16, k_splits=2,
+                                  a_load="relabel_4x")
+    _check(y, x, w, ws, jnp.float32)
 
 
 def test_rejects_bad_operands(rng):
@@ -391,27 +385,24 @@ def test_gpu_four_warpgroups_give_the_same_bits(rng, m, params):
 @pytest.mark.parametrize("m,params", [(1, dict(block_m=8, k_splits=4)),
                                       (16, dict(block_m=16, k_splits=2, blocks_per_step=2)),
                                       (300, {})])
-def test_gpu_a_loads_match_float64(rng, m, params):
-    """Session 8's prepared weight-tile reads on the GPU: upcast_2x bitwise "wgmma";
-    relabel_4x (inline register relabelling, x permuted) within the float64 bound -- the check
-    that mgpu_relabel's permutation is the hardware's."""
+def test_gpu_relabel_4x_matches_float64(rng, m, params):
+    """relabel_4x on the GPU (inline register relabelling, x permuted) within the float64
+    bound -- the check that mgpu_relabel's permutation is the hardware's."""
     x, w, ws = _operands(rng, m, 2560, 7168)
-    ys = {a: np.asarray(jax.jit(lambda *args, a=a: fp8_block_a16_matmul_mgpu(
-        *args, out_dtype=jnp.float32, a_load=a, **params))(x, w, ws))
-          for a in ("wgmma", "upcast_2x", "relabel_4x")}
-    np.testing.assert_array_equal(ys["upcast_2x"], ys["wgmma"])
-    _check(jnp.asarray(ys["relabel_4x"]), x, w, ws, jnp.float32)
+    y = jax.jit(lambda *args: fp8_block_a16_matmul_mgpu(
+        *args, out_dtype=jnp.float32, a_load="relabel_4x", **params))(x, w, ws)
+    _check(y, x, w, ws, jnp.float32)
 
 
 @pytest.mark.gpu
-def test_gpu_parts_closed_by_selects_give_the_same_bits(rng):
-    """parts_sum="select" (session 8) and "store" (session 9) against "cond" and against as
-    many K ranges, at a prefill M where deterministic mode runs in-CTA parts."""
+def test_gpu_stored_parts_give_the_bits_of_the_ranges(rng):
+    """parts_sum="store" (session 9) and "cond" against as many K ranges, at a prefill M where
+    deterministic mode runs in-CTA parts."""
     x, w, ws = _operands(rng, 300, 2560, 7168)
     run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, out_dtype=jnp.float32, **kw))(x, w, ws))
     ranges = run(k_splits=8)
-    for parts_sum in ("cond", "select", "store"):
+    for parts_sum in ("cond", "store"):
         np.testing.assert_array_equal(run(k_parts=8, parts_sum=parts_sum), ranges)
     # deterministic decode's kind of launch: 2 ranges x 4 stored parts (7 K-blocks each)
     np.testing.assert_array_equal(run(k_splits=2, k_parts=4, parts_sum="store",
