@@ -179,17 +179,27 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     """fmt (fp8_block_a16 / fp8_per_channel_a16) through the Mosaic GPU W8A16 kernel
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
     small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
-    M) or a dict of block_m / k_splits / stages overrides on top of "auto"."""
+    M), "ranges" (its K ranges, range_params, where "auto" streams) or a dict of block_m /
+    k_splits / stages overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
-    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu, launch_params
+    from pallas_kernels.fp8_block_a16_mgpu import (TWO_BLOCK_MAX_X_TILE,
+                                                   fp8_block_a16_matmul_mgpu, launch_params,
+                                                   range_params)
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
+
+    def ranges(m, n, k):  # session 9's decode launch: K ranges, two blocks a step if even
+        p = range_params(m, n, k, num_sms())
+        two = p["block_m"] <= TWO_BLOCK_MAX_X_TILE and (k // 128 // p["k_splits"]) % 2 == 0
+        return {**p, "blocks_per_step": 2 if two else 1}
 
     def fn(x, qw):
         (n, k), m = qw.storage_shape, x.shape[0]
         params = dict(a_in_registers=a_in_registers)
-        if small is not None:
+        if small == "ranges":
+            params.update(ranges(m, n, k))
+        elif small is not None:
             params = {**launch_params(m, n, k, interpret), **params,
                       **(small if isinstance(small, dict) else {})}
         y = fp8_block_a16_matmul_mgpu(pad_k(x, k), qw.data, qw.scale, scale_kind=kind,
@@ -348,6 +358,20 @@ def main(argv=None) -> int:
                    bench.kernel_op("pallas_fp8_w8a16", "fp8_per_channel_a16")]
             ops += [_mgpu_a16_op("fp8_block_a16", regs, dict(k_splits=s))
                     for s in ((1, 2) if args.tiny else (1, 2, 4, 8))]
+            run_saved((model, k, n), ms, ops)
+    if "mgpu_stream" in parts:  # W8A16 decode: stream-K against K ranges (session 10)
+        # prediction (NOTES.md session 10): where the ranges fill 0.73-0.87 of the SMs'
+        # slots (4096x6144, 8192x10240, 4096x28672, 8192x57344, 7168x36864, 18432x7168)
+        # 10-25% faster; where they fill 0.97 in one wave, the same; in 3 waves (7168x24576)
+        # a few % faster
+        regs = not args.tiny
+        ms = (1, 16, 64)
+        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
+        if args.tiny:
+            shapes, ms = [("tiny", 512, 256)], (3,)
+        for model, k, n in shapes:
+            ops = [bench.bf16_op(), _mgpu_a16_op("fp8_block_a16", regs, "ranges"),
+                   _mgpu_a16_op("fp8_block_a16", regs, "auto")]
             run_saved((model, k, n), ms, ops)
     if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
         # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that

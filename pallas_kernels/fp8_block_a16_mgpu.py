@@ -33,6 +33,7 @@ in the same K order (benchmarks/probe_det_mgpu.py on the H200: 33-46% of outputs
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +51,8 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
                           weight_scale_rows, zero_total)
 
-__all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "det_params", "launch_params",
+__all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "range_params", "det_params",
+           "launch_params", "stream_programs", "Stream",
            "X_TILES", "DET_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
@@ -73,11 +75,12 @@ FOUR_WG_MAX_X_TILE = 32
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int, a_load: str, parts_sum: str, scales: str):
+            wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None"):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
-    steps = k // BLOCK // k_splits // blocks  # pipeline steps per split
+    # pipeline steps per split, or per streamed CTA
+    steps = stream.steps if stream else k // BLOCK // k_splits // blocks
     per_part = steps // k_parts
     step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
@@ -85,7 +88,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
         # (carry,) with this tile's scales in ws_tile, loaded once (_scope; "tensor": the value)
-        ws = (refs[0], None) if scales == "rows" else (ws_tile, (first + idx[0]) * blocks)
+        ws = ((refs[0], None, 0) if scales == "rows" else
+              (ws_tile, (first + idx[0]) * blocks, 0))
         carry = refs[-1]
         if k_parts == 1:
             return one_block(w_smem, x_smem, ws, carry, a_smem)
@@ -104,15 +108,18 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     def one_block(w_smem, x_smem, ws, total, a_smem):  # one step: `blocks` K-blocks
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
-        ws_smem, k_block = ws  # k_block: the step's first K-block (scales="block")
+        # k_block: the step's first K-block (scales="block"); held: which of the tiles whose
+        # scales the CTA holds (a streamed CTA holds several, _scope)
+        ws_smem, k_block, held = ws
 
         def scale(j, shape):  # K-block j of the step: its scale for this warpgroup's rows
             if scales == "tensor":  # one value, loaded once (_scope)
                 return lax.broadcast_in_dim(ws_smem, shape, ())
             if scales == "block":  # one value per 128 weight rows
-                v = ws_smem[wg * WG_ROWS // BLOCK, k_block + j]
+                v = ws_smem[(held * tile_rows + wg * WG_ROWS) // BLOCK, k_block + j]
                 return lax.broadcast_in_dim(v, shape, ())
-            at = ws_smem.at[j, rows] if scales == "rows" else ws_smem.at[0, rows]
+            at = (ws_smem.at[j, rows] if scales == "rows" else
+                  ws_smem.at[0, pl.ds(held * tile_rows + wg * WG_ROWS, WG_ROWS)])
             v = plgpu.load(at, layout=plgpu.Layout.WGMMA.reduce(1))
             return lax.broadcast_in_dim(v, shape, [0])
 
@@ -142,20 +149,73 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
         return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, block_m), F32)] * blocks)
 
-    def pipeline(body_fn, context, first=0):  # steps first, first + 1, ... of this split
+    def pipeline(body_fn, context, where=lambda i: (0, i)):
+        # where(i): step i's (weight tile of the weight operand, K-step) -- a split's own tile
+        # from its first K-step on, or a streamed CTA's way through its share (streamed)
         return warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, compute_wgs=wgs,
                                   in_specs=[
-            plgpu.BlockSpec((tile_rows, step_k), lambda i: (0, first + i),
-                            transforms=swizzled(w_gmem.dtype)),
-            plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i), transforms=x_tiles),
-        ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: (first + i, 0))]
+            plgpu.BlockSpec((tile_rows, step_k), where, transforms=swizzled(w_gmem.dtype)),
+            plgpu.BlockSpec((block_m, step_k), lambda i: (0, where(i)[1]), transforms=x_tiles),
+        ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: where(i)[::-1])]
              if scales == "rows" else []))
+
+    def load_tile_scales(src, ws_tile, ws_bar):  # once per CTA, by the TMA warpgroup
+        @pl.when(lax.axis_index("wg") == 0)
+        def _():
+            plgpu.copy_gmem_to_smem(src, ws_tile, ws_bar)
+        plgpu.barrier_wait(ws_bar)
+
+    def streamed(allocs, out_smem, a_smem, ws_tile, ws_bar):
+        # stream-K: CTA c runs steps c*L .. c*L + L - 1 of the tile-major sequence of (weight
+        # tile, K-step); a tile's steps may span CTAs, each storing its piece of the tile's sum
+        # to slab (c - the tile's first CTA) when the piece ends (summed in K order: _sum_pieces)
+        tile_steps, c = k // step_k, lax.axis_index("tile")
+        first = c * steps
+
+        def where(i):
+            g = first + i
+            tile = g // tile_steps
+            return tile, g - tile * tile_steps
+
+        lo = jnp.minimum(first // tile_steps, n // tile_rows - stream.held)  # first tile held
+        ws_refs = (ws_gmem,) if scales == "rows" else ()
+        if scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
+            ws_tile = ws_gmem[0, 0]
+        elif scales == "block":
+            per_tile = tile_rows // BLOCK
+            load_tile_scales(ws_gmem.at[pl.ds(lo * per_tile, stream.held * per_tile)],
+                             ws_tile, ws_bar)
+        elif scales == "channel":
+            load_tile_scales(ws_gmem.at[:, pl.ds(lo * tile_rows, stream.held * tile_rows)],
+                             ws_tile, ws_bar)
+
+        def step(idx, w_smem, x_smem, *refs):
+            tile, k_step = where(idx[0])
+            ws = ((refs[0], None, 0) if scales == "rows" else
+                  (ws_tile, k_step * blocks, tile - lo))
+            run = one_block(w_smem, x_smem, ws, refs[-1], a_smem)
+            ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
+
+            @pl.when(ends)
+            def _():
+                store_wg_rows(run, out_smem=out_smem,
+                              out_gmem=out_gmem.at[c - tile * tile_steps // steps],
+                              row_slice=pl.ds(tile * tile_rows, tile_rows),
+                              col_slice=pl.ds(0, block_m))
+            return jnp.where(lax.broadcast_in_dim(ends, run.shape, ()), zero_total(run.shape),
+                             run)
+
+        def context(run):
+            run(zero_total(out_smem.shape[1:]))
+        pipeline(step, context, where)(w_gmem, x_gmem.at[pl.ds(0, block_m)], *ws_refs,
+                                       allocations=allocs)
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
         a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
     if scales in ("block", "channel"):
-        scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k), F32),
+        scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k,
+                                                       stream.held if stream else 1), F32),
                        ws_bar=plgpu.Barrier(num_arrivals=1))
     pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales == "rows" else ())
 
@@ -167,6 +227,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         collective_axes="wg", **scratch,
     )
     def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
+        if stream is not None:
+            return streamed(allocs, out_smem, a_smem, ws_tile, ws_bar)
         t = lax.axis_index("tile")
         tile = t // k_splits
         split = t - tile * k_splits  # (lax.rem here hangs Mosaic GPU's interpreter)
@@ -179,13 +241,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         elif scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
             ws_tile, ws_refs = ws_gmem[0, 0], ()
         else:
-            src = (ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)]
-                   if scales == "block" else ws_gmem.at[:, n_slice])
-
-            @pl.when(lax.axis_index("wg") == 0)
-            def _():
-                plgpu.copy_gmem_to_smem(src, ws_tile, ws_bar)
-            plgpu.barrier_wait(ws_bar)
+            load_tile_scales(ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)]
+                             if scales == "block" else ws_gmem.at[:, n_slice], ws_tile, ws_bar)
             ws_refs = ()
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
 
@@ -203,7 +260,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps,
                                       store_part=store_part)
         # x's last tile may reach past its rows: TMA fills those with zeros
-        pipeline(step_body, context, split * steps)(
+        pipeline(step_body, context, lambda i: (0, split * steps + i))(
             w_gmem.at[n_slice], x_gmem.at[m_slice], *ws_refs, allocations=allocs)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
@@ -214,19 +271,55 @@ def _x_tile(m: int) -> int:
     return next(b for b in X_TILES if b >= min(m, BLOCK))
 
 
-def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
-    """Settings for small M (weight-streaming): the smallest x tile holding M's rows, and K cut
+def range_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
+    """K ranges for small M (weight-streaming): the smallest x tile holding M's rows, and K cut
     into ranges (their results summed afterwards) so that the CTAs fill whole waves of SMs:
     the fewest ranges whose wave fill is within 0.2 of the best, each range at least eight
     K-blocks long. (Fitted on session 6's H200 sweeps, 26 cases of 10 shapes at M=1..256 with
     1/2/4/8 ranges: 1.01x the fastest choice on geomean, 1.26x at worst (4096x6144, M=256);
-    filling every SM at any cost was 1.06x / 1.39x.)"""
+    filling every SM at any cost was 1.06x / 1.39x.) Deterministic mode's decode launch
+    (det_params), and default mode's where stream-K does not apply (decode_params)."""
     block_m = _x_tile(m)
     ctas, k_blocks = n // (compute_wgs * WG_ROWS) * cdiv(m, block_m), k // BLOCK
     options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
     fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}
     best = max(fill.values())
     return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2),
+                compute_wgs=compute_wgs)
+
+
+def _fill(params: dict, m: int, n: int, sms: int) -> float:
+    """The fraction of the SMs' slots of all waves that range_params' CTAs occupy."""
+    ctas = n // (params["compute_wgs"] * WG_ROWS) * cdiv(m, params["block_m"]) * params[
+        "k_splits"]
+    return ctas / (cdiv(ctas, sms) * sms)
+
+
+def stream_programs(tiles: int, tile_steps: int, sms: int, min_steps: int) -> int:
+    """The most CTAs, at most one per SM, that share tiles x tile_steps pipeline steps equally
+    with at least min_steps each (else 1)."""
+    total = tiles * tile_steps
+    return next((c for c in range(min(sms, total), 1, -1)
+                 if total % c == 0 and total // c >= min_steps), 1)
+
+
+def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
+    """Default mode's settings up to SPLIT_MAX_M rows: with one x tile (M <= 128), stream-K
+    (`programs`: every CTA the same run of (weight tile, K-step) steps, at least eight
+    K-blocks, in one wave) where its one wave fills the SMs at least as well as
+    range_params' K ranges fill theirs; else those ranges. Two K-blocks per step with x tiles
+    of up to TWO_BLOCK_MAX_X_TILE rows (launch_params)."""
+    ranges = range_params(m, n, k, sms, compute_wgs)
+    block_m, k_blocks = ranges["block_m"], k // BLOCK
+    if cdiv(m, block_m) > 1:
+        return ranges
+    blocks = 2 if block_m <= TWO_BLOCK_MAX_X_TILE and k_blocks % 2 == 0 else 1
+    tile_steps = k_blocks // blocks
+    programs = stream_programs(n // (compute_wgs * WG_ROWS), tile_steps, sms,
+                               cdiv(min(8, k_blocks), blocks))
+    if programs / sms < _fill(ranges, m, n, sms):
+        return ranges
+    return dict(block_m=block_m, programs=programs, blocks_per_step=blocks,
                 compute_wgs=compute_wgs)
 
 
@@ -255,7 +348,7 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
         return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs)
     if ranges:  # as many CTAs per tile as default mode's decode settings, each storing its
         # P / R parts as slabs (parts_sum="store"): the P ranges' bits (session 9)
-        r = min(parts, decode_params(m, n, k, sms, compute_wgs)["k_splits"])
+        r = min(parts, range_params(m, n, k, sms, compute_wgs)["k_splits"])
         if r == parts:
             return dict(block_m=block_m, k_splits=parts, k_parts=1, compute_wgs=compute_wgs)
         return dict(block_m=block_m, k_splits=r, k_parts=parts // r, parts_sum="store",
@@ -278,29 +371,62 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
-    if small.get("block_m", BLOCK) <= TWO_BLOCK_MAX_X_TILE and per_part % 2 == 0:
+    if (small.get("block_m", BLOCK) <= TWO_BLOCK_MAX_X_TILE and per_part % 2 == 0
+            and "programs" not in small):  # (decode_params sets a stream's)
         small["blocks_per_step"] = 2
     return dict(a_in_registers=not interpret, **small)
 
 
-def _tile_scales(scales: str, tile_rows: int, k: int) -> tuple[int, int]:
-    """The shared-memory copy of a tile's scales as stored, loaded once: "block" its rows of
-    (N/128, K/128), "channel" its slice of (1, N); "tensor" (a value) and "rows" (a row per
-    step, in the pipeline's stages) keep none."""
-    return {"block": (tile_rows // BLOCK, k // BLOCK), "channel": (1, tile_rows)}.get(
-        scales, (0, 0))
+def _tile_scales(scales: str, tile_rows: int, k: int, held: int = 1) -> tuple[int, int]:
+    """The shared-memory copy of the scales of a CTA's `held` weight tiles as stored, loaded
+    once: "block" their rows of (N/128, K/128), "channel" their slice of (1, N); "tensor" (a
+    value) and "rows" (a row per step, in the pipeline's stages) keep none."""
+    return {"block": (held * tile_rows // BLOCK, k // BLOCK),
+            "channel": (1, held * tile_rows)}.get(scales, (0, 0))
+
+
+class Stream(NamedTuple):
+    """A stream-K launch (fp8_block_a16_matmul_mgpu's `programs`): `programs` CTAs, each
+    running `steps` consecutive pipeline steps of the tile-major (weight tile, K-step)
+    sequence. pieces[t]: how many CTAs share weight tile t (each stores its piece of the
+    tile's sum to its own slab); held: the most tiles one CTA runs (their scales in shared
+    memory)."""
+    programs: int
+    steps: int
+    pieces: np.ndarray
+    held: int
+
+    @classmethod
+    def of(cls, tiles: int, tile_steps: int, programs: int) -> "Stream":
+        steps = tiles * tile_steps // programs
+        t, c = np.arange(tiles), np.arange(programs)
+        pieces = ((t + 1) * tile_steps - 1) // steps - t * tile_steps // steps + 1
+        held = int(np.max((c * steps + steps - 1) // tile_steps - c * steps // tile_steps + 1))
+        return cls(programs, steps, pieces, held)
+
+
+def _sum_pieces(y: jax.Array, stream: Stream, tile_rows: int) -> jax.Array:
+    """(slabs, N, M) float32 pieces -> (N, M): each weight tile's pieces added in K order (slab
+    j holds piece j where the tile has one; the others were never written)."""
+    slabs, n, m = y.shape
+    y = y.reshape(slabs, n // tile_rows, tile_rows, m)
+    total = y[0]
+    for j in range(1, slabs):
+        held = jnp.asarray(stream.pieces > j)[:, None, None]
+        total = total + jnp.where(held, y[j], 0.0)
+    return total.reshape(n, m)
 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
             a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
-            k: int = 0) -> int:
+            k: int = 0, held: int = 1) -> int:
     # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once
     tile_rows = wgs * WG_ROWS
     per_step = blocks * (tile_rows * BLOCK + block_m * BLOCK * x_bytes
                          + (tile_rows * 4 if scales == "rows" else 0))
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
-    fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k)))
+    fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k, held)))
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
         return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
@@ -316,7 +442,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
                               blocks_per_step: int = 1, compute_wgs: int = 2,
                               a_load: str = "wgmma", parts_sum: str = "cond",
-                              a_in_registers: bool = True,
+                              programs: int | None = None, a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -359,6 +485,13 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       removed) or "store" (written to its own float32 slab: k_splits * k_parts slabs, summed in
       K order afterwards as K ranges are) -- bitwise what k_splits * k_parts ranges give, from
       fewer and longer CTAs (deterministic mode at decode: det_params).
+    programs: stream-K (one x tile, k_splits = k_parts = 1): this many CTAs, each running an
+      equal run of consecutive pipeline steps of the tile-major (weight tile, K-step)
+      sequence, so every CTA streams the same bytes whatever the tile count (K ranges fill
+      the SMs only where tiles x ranges is near a multiple of them). A tile whose steps span
+      CTAs is summed in pieces, one per CTA, each from zero, added in K order afterwards:
+      K ranges whose bounds follow (tiles, K-steps, programs) -- so M, through the x tile's
+      blocks per step, too; default mode only. programs must divide tiles x K-steps.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -401,11 +534,21 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         raise ValueError(f"blocks_per_step must be 1, or 2 where a K part holds an even number "
                          f"of K-blocks ({k // BLOCK // k_splits // k_parts}), got "
                          f"{blocks_per_step!r}")
+    if programs is not None:
+        tile_steps = k // BLOCK // blocks_per_step
+        total = n // (compute_wgs * WG_ROWS) * tile_steps
+        if not (isinstance(programs, int) and 1 <= programs and total % programs == 0):
+            raise ValueError(f"programs must be a positive int dividing the {total} pipeline "
+                             f"steps (weight tiles x K-steps), got {programs!r}")
+        if k_splits != 1 or k_parts != 1 or m > block_m:
+            raise ValueError(f"programs (stream-K) needs one x tile (M <= block_m), "
+                             f"k_splits=1 and k_parts=1; got M={m}, block_m={block_m}, "
+                             f"k_splits={k_splits}, k_parts={k_parts}")
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
     return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
-                   parts_sum=parts_sum, scales=scales,
+                   parts_sum=parts_sum, scales=scales, programs=programs,
                    a_in_registers=a_in_registers, interpret=interpret)
 
 
@@ -431,7 +574,8 @@ def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.A
 def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, group_m,
             block_m, k_splits, k_parts, a_in_registers, interpret,
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
-            parts_sum: str = "cond", scales: str = "rows") -> jax.Array:
+            parts_sum: str = "cond", scales: str = "rows",
+            programs: int | None = None) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
     ("rows": (K/128, N), weight_scale_rows); w e4m3, or int4 for benchmarks/probe_w4_mgpu.py's
     4-bit weight stream."""
@@ -446,10 +590,14 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32
-    slabs = k_splits * (k_parts if parts_sum == "store" else 1)
+    tile_rows = compute_wgs * WG_ROWS
+    stream = None if programs is None else Stream.of(
+        n // tile_rows, k // BLOCK // blocks_per_step, programs)
+    slabs = (k_splits * (k_parts if parts_sum == "store" else 1) if stream is None
+             else int(stream.pieces.max()))
     kernel_out = jnp.dtype(F32) if writes_partials(slabs) or narrow else out_dtype
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
-                     blocks_per_step, compute_wgs, scales, k)
+                     blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1)
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -460,8 +608,12 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
-                          a_load=a_load, parts_sum=parts_sum, scales=scales),
+                          a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream),
         jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
-        n // (compute_wgs * WG_ROWS) * (mp // block_m) * k_splits, interpret, compute_wgs)
-    yt = sum_device_splits(call(w, x, ws), slabs, n, mp)  # ranges (parts) in K order
+        n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
+        interpret, compute_wgs)
+    y = call(w, x, ws)
+    if stream is not None:  # a tile's pieces, then (k_shards) the devices', in K order
+        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1
+    yt = sum_device_splits(y, slabs, n, mp)  # ranges (parts) in K order
     return yt.T[:m].astype(out_dtype)

@@ -12,9 +12,10 @@ import pytest
 
 from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
-from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, _launch, _scale_operand,
-                                                decode_params, det_params,
-                                                fp8_block_a16_matmul_mgpu, launch_params)
+from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, Stream, _launch,
+                                                _scale_operand, decode_params, det_params,
+                                                fp8_block_a16_matmul_mgpu, launch_params,
+                                                range_params, stream_programs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 
@@ -82,6 +83,26 @@ def test_interpreter_small_tiles_and_k_ranges_match_float64(rng, m, block_m, k_s
     _check(y, x, w, ws, out_dtype)
 
 
+@pytest.mark.parametrize("m,n,k,kind,programs,blocks,out_dtype", [
+    (3, 384, 1024, "block", 8, 1, jnp.float32),  # 3 tiles x 8 steps: tiles over 3 and 4 CTAs
+    (16, 640, 1024, "channel", 4, 2, jnp.bfloat16),  # CTAs holding 2 tiles' scales
+    (1, 384, 1024, "tensor", 8, 1, jnp.float32),
+    (5, 384, 640, "block", 5, 1, jnp.float32)])  # K/128 = 5: scales as rows
+def test_interpreter_stream_k_matches_float64(rng, m, n, k, kind, programs, blocks,
+                                              out_dtype):
+    """Stream-K (programs): every CTA the same run of steps across tile ends, each tile's
+    pieces summed afterwards (unwritten slabs: the interpreter's NaN) -- within the float64
+    bound for every scale route, partial x tiles, two blocks a step."""
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    st = Stream.of(n // 128, k // 128 // blocks, programs)
+    assert st.pieces.max() > 1 and (st.held > 1 or k == 640)  # the check has teeth
+    y = fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind=kind, out_dtype=out_dtype,
+                                  interpret=True, a_in_registers=False, block_m=8 if m < 8 else 16,
+                                  programs=programs, blocks_per_step=blocks)
+    assert y.shape == (m, n) and y.dtype == out_dtype
+    _check(y, x, w, ws, out_dtype)
+
+
 def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
     """In-CTA K parts (each from zero, added in order) give exactly the bits of as many K-range
     CTAs summed afterwards. (2 ranges x 2 parts is (p0 + p1) + (p2 + p3), not 4 ranges.)"""
@@ -145,21 +166,56 @@ def test_interpreter_block_scales_of_other_k_match_float64(rng, m, k):
     _check(y, x, w, ws, jnp.float32)
 
 
-def test_decode_params_fill_whole_waves():
+def test_range_params_fill_whole_waves():
     # the fastest K-range counts measured on the H200 at M=1/16/64 (session 6, sweep_fp8
     # --parts mgpu_dec,mgpu_split)
     best = {(8192, 8192): 2, (4096, 4096): 4, (4096, 28672): 1, (14336, 4096): 4,
             (7168, 24576): 2, (18432, 7168): 2, (4096, 6144): 2}
     for (k, n), splits in best.items():
         for m, block_m in ((1, 8), (16, 16), (64, 64)):
-            assert decode_params(m, n, k, 132, compute_wgs=2) == dict(
+            assert range_params(m, n, k, 132, compute_wgs=2) == dict(
                 block_m=block_m, k_splits=splits, compute_wgs=2)
-    assert decode_params(9, 4096, 512, 132, 2)["k_splits"] == 1  # 4 K-blocks: whole
-    assert decode_params(256, 4096, 14336, 132) == dict(block_m=128, k_splits=2, compute_wgs=2)
-    assert decode_params(100, 256, 4096, 132)["block_m"] == 128
+    assert range_params(9, 4096, 512, 132, 2)["k_splits"] == 1  # 4 K-blocks: whole
+    assert range_params(256, 4096, 14336, 132) == dict(block_m=128, k_splits=2, compute_wgs=2)
+    assert range_params(100, 256, 4096, 132)["block_m"] == 128
     # four warpgroups (256-row weight tiles): half the tiles, so twice the K ranges where
     # those fill the SMs
-    assert decode_params(1, 8192, 8192, 132, 4) == dict(block_m=8, k_splits=4, compute_wgs=4)
+    assert range_params(1, 8192, 8192, 132, 4) == dict(block_m=8, k_splits=4, compute_wgs=4)
+
+
+def test_stream_layout_is_what_the_steps_give():
+    """Stream.of against walking every CTA's steps: the CTAs sharing each tile, and the most
+    tiles one CTA runs."""
+    for tiles, tile_steps, programs in ((3, 8, 8), (5, 5, 5), (3, 5, 5), (48, 16, 128),
+                                        (56, 36, 126), (7, 3, 21), (1, 4, 1)):
+        st = Stream.of(tiles, tile_steps, programs)
+        owners = np.arange(tiles * tile_steps) // st.steps  # each step's CTA
+        assert st.steps * programs == tiles * tile_steps
+        assert st.pieces.tolist() == [len(set(owners[t * tile_steps:(t + 1) * tile_steps]))
+                                      for t in range(tiles)]
+        assert st.held == max(len(set(np.flatnonzero(owners == c) // tile_steps))
+                              for c in range(programs))
+
+
+def test_decode_params_stream_one_wave():
+    """One x tile (M <= 128): stream-K over the most CTAs (at most one per SM) that share the
+    steps equally, each at least 8 K-blocks, two blocks a step with x tiles of <= 16 rows --
+    where that one wave fills the SMs at least as well as the K ranges do; two x tiles: the
+    ranges."""
+    for k, n in ((4096, 6144), (8192, 10240), (4096, 28672), (7168, 24576), (18432, 7168)):
+        for m in (1, 16, 64, 100):
+            p = decode_params(m, n, k, 132)
+            blocks = 2 if m <= 16 else 1
+            steps = n // 128 * (k // 128 // blocks)
+            assert p == dict(block_m=range_params(m, n, k, 132)["block_m"],
+                             programs=p["programs"], blocks_per_step=blocks, compute_wgs=2)
+            assert steps % p["programs"] == 0 and 120 <= p["programs"] <= 132, (k, n, m, p)
+            assert launch_params(m, n, k, False)["programs"] == p["programs"]
+    assert decode_params(1, 7168, 18432, 132)["programs"] == 126  # 2016 steps: 126 x 16
+    assert decode_params(256, 4096, 14336, 132) == range_params(256, 4096, 14336, 132)
+    assert decode_params(1, 256, 512, 132)["programs"] == 2  # 2 tiles x 4 K-blocks: 4 each
+    assert stream_programs(2, 67, 132, 2) == 67  # 134 steps: 67 CTAs of 2
+    assert stream_programs(2, 67, 132, 8) == 2 and stream_programs(1, 7, 132, 8) == 1
 
 
 def test_stages_must_fit_shared_memory(rng):
@@ -293,6 +349,15 @@ def test_rejects_bad_operands(rng):
     with pytest.raises(ValueError, match=r"blocks_per_step must be 1, or 2 where a K part "
                                          r"holds an even number of K-blocks \(1\)"):
         fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=2, blocks_per_step=2)
+    with pytest.raises(ValueError, match=r"programs must be a positive int dividing the 2 "
+                                         r"pipeline steps \(weight tiles x K-steps\), got 3"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, programs=3)
+    with pytest.raises(ValueError, match=r"programs \(stream-K\) needs one x tile \(M <= "
+                                         r"block_m\), k_splits=1 and k_parts=1; got M=8, "
+                                         r"block_m=8, k_splits=2, k_parts=1"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, programs=2, k_splits=2)
+    with pytest.raises(ValueError, match=r"needs one x tile .* got M=16, block_m=8"):
+        fp8_block_a16_matmul_mgpu(jnp.concatenate([x, x]), w, ws, block_m=8, programs=2)
 
 
 @pytest.mark.gpu
@@ -453,3 +518,19 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
     sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "tp"),) * 3, out_specs=P(),
                             check_vma=False)
     np.testing.assert_array_equal(np.asarray(sharded(x, w, ws)), np.asarray(det(x, w, ws)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
+@pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (7, 2560, 7168), (16, 6144, 4096),
+                                   (64, 2560, 7168), (100, 3072, 4096)])
+def test_gpu_stream_k_matches_float64(rng, kind, m, n, k):
+    """decode_params' stream-K launch for this device's SMs at real sizes: tiles over up to 7
+    CTAs, CTAs over 2 tiles, 8- to 128-row x tiles, every scale kind as stored."""
+    from pallas_kernels.fp8_heuristics import num_sms
+    p = decode_params(m, n, k, num_sms())
+    assert "programs" in p, p
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    y = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind,
+                                                     out_dtype=jnp.float32, **p))(x, w, ws)
+    _check(y, x, w, ws, jnp.float32)
