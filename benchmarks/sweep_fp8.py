@@ -179,13 +179,13 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     """fmt (fp8_block_a16 / fp8_per_channel_a16) through the Mosaic GPU W8A16 kernel
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
     small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
-    M), "ranges" (its K ranges, range_params, where "auto" streams) or a dict of block_m /
-    k_splits / stages overrides on top of "auto"."""
+    M), "ranges" (K ranges: range_params), "stream" (stream-K: stream_params) or a dict of
+    block_m / k_splits / stages overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
     from pallas_kernels.fp8_block_a16_mgpu import (TWO_BLOCK_MAX_X_TILE,
                                                    fp8_block_a16_matmul_mgpu, launch_params,
-                                                   range_params)
+                                                   range_params, stream_params)
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
 
@@ -199,6 +199,8 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         params = dict(a_in_registers=a_in_registers)
         if small == "ranges":
             params.update(ranges(m, n, k))
+        elif small == "stream":
+            params.update(stream_params(m, n, k, num_sms()))
         elif small is not None:
             params = {**launch_params(m, n, k, interpret), **params,
                       **(small if isinstance(small, dict) else {})}
@@ -363,7 +365,9 @@ def main(argv=None) -> int:
         # prediction (NOTES.md session 10): where the ranges fill 0.73-0.87 of the SMs'
         # slots (4096x6144, 8192x10240, 4096x28672, 8192x57344, 7168x36864, 18432x7168)
         # 10-25% faster; where they fill 0.97 in one wave, the same; in 3 waves (7168x24576)
-        # a few % faster
+        # a few % faster. Calls 1-2: right at M <= 16 (but 0-4% slower where the ranges run
+        # one full wave); at M=64 the cond closing a piece costs ~15% a step (a select
+        # instead, call 1, more): faster only where ranges run short CTAs in >= 3 waves
         regs = not args.tiny
         ms = (1, 16, 64)
         shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
@@ -371,7 +375,7 @@ def main(argv=None) -> int:
             shapes, ms = [("tiny", 512, 256)], (3,)
         for model, k, n in shapes:
             ops = [bench.bf16_op(), _mgpu_a16_op("fp8_block_a16", regs, "ranges"),
-                   _mgpu_a16_op("fp8_block_a16", regs, "auto")]
+                   _mgpu_a16_op("fp8_block_a16", regs, "stream")]
             run_saved((model, k, n), ms, ops)
     if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
         # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that

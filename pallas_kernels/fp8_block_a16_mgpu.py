@@ -52,7 +52,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "range_params", "det_params",
-           "launch_params", "stream_programs", "Stream",
+           "launch_params", "stream_params", "stream_programs", "Stream",
            "X_TILES", "DET_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
@@ -196,14 +196,15 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             run = one_block(w_smem, x_smem, ws, refs[-1], a_smem)
             ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
 
-            @pl.when(ends)
-            def _():
-                store_wg_rows(run, out_smem=out_smem,
+            def store(r):  # the piece ends: to its slab
+                store_wg_rows(r, out_smem=out_smem,
                               out_gmem=out_gmem.at[c - tile * tile_steps // steps],
                               row_slice=pl.ds(tile * tile_rows, tile_rows),
                               col_slice=pl.ds(0, block_m))
-            return jnp.where(lax.broadcast_in_dim(ends, run.shape, ()), zero_total(run.shape),
-                             run)
+            # stored, and the next piece from zero (a select over the accumulator every step
+            # instead: up to 10% slower with 64-row x tiles, session 10)
+            return lax.cond(ends, lambda r: (store(r), zero_total(r.shape))[1], lambda r: r,
+                            run)
 
         def context(run):
             run(zero_total(out_smem.shape[1:]))
@@ -303,24 +304,50 @@ def stream_programs(tiles: int, tile_steps: int, sms: int, min_steps: int) -> in
                  if total % c == 0 and total // c >= min_steps), 1)
 
 
-def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
-    """Default mode's settings up to SPLIT_MAX_M rows: with one x tile (M <= 128), stream-K
-    (`programs`: every CTA the same run of (weight tile, K-step) steps, at least eight
-    K-blocks, in one wave) where its one wave fills the SMs at least as well as
-    range_params' K ranges fill theirs; else those ranges. Two K-blocks per step with x tiles
-    of up to TWO_BLOCK_MAX_X_TILE rows (launch_params)."""
-    ranges = range_params(m, n, k, sms, compute_wgs)
-    block_m, k_blocks = ranges["block_m"], k // BLOCK
+def stream_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict | None:
+    """A stream-K launch for one x tile (M <= 128; else None): the most CTAs, at most one per
+    SM, sharing the (weight tile, K-step) steps equally with at least eight K-blocks each; two
+    K-blocks per step with x tiles of up to TWO_BLOCK_MAX_X_TILE rows."""
+    block_m, k_blocks = _x_tile(m), k // BLOCK
     if cdiv(m, block_m) > 1:
-        return ranges
+        return None
     blocks = 2 if block_m <= TWO_BLOCK_MAX_X_TILE and k_blocks % 2 == 0 else 1
-    tile_steps = k_blocks // blocks
-    programs = stream_programs(n // (compute_wgs * WG_ROWS), tile_steps, sms,
+    programs = stream_programs(n // (compute_wgs * WG_ROWS), k_blocks // blocks, sms,
                                cdiv(min(8, k_blocks), blocks))
-    if programs / sms < _fill(ranges, m, n, sms):
-        return ranges
     return dict(block_m=block_m, programs=programs, blocks_per_step=blocks,
                 compute_wgs=compute_wgs)
+
+
+# range_params' K ranges kept where they run in one wave on at least this fraction of the
+# SMs (H200, session 10, 11 shapes at M=1/16: stream-K 0-4% slower there -- the same
+# partition, or DRAM already the bound -- and 2-24% faster elsewhere)
+ONE_WAVE_FILL = 0.8
+# With wider x tiles the cond that closes a piece costs ~15% of a step (8192x8192 at M=64,
+# the same partition: 30.3 vs 26.2 us), so stream-K only replaces ranges that run >= 3 waves
+# of CTAs shorter than 32 K-blocks, each wave paying its ramp (session 10 at M=64: 1.28x vs
+# 1.01x bf16 on 8192x10240, 1.28x vs 1.15x on 7168x36864, equal on 7168x24576; ranges
+# 3-8% faster on 8192x57344, 4096x28672, 4096x6144 -- in-sample, 11 shapes)
+WIDE_MIN_WAVES, WIDE_MAX_RANGE_BLOCKS = 3, 32
+
+
+def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
+    """Default mode's settings up to SPLIT_MAX_M rows: stream-K (stream_params) or
+    range_params' K ranges. With x tiles of up to TWO_BLOCK_MAX_X_TILE rows, stream-K unless
+    the ranges run in one wave on >= ONE_WAVE_FILL of the SMs (or stream-K would use fewer
+    SMs); wider, only where the ranges run >= WIDE_MIN_WAVES waves of CTAs of fewer than
+    WIDE_MAX_RANGE_BLOCKS K-blocks."""
+    ranges, stream = range_params(m, n, k, sms, compute_wgs), stream_params(m, n, k, sms,
+                                                                          compute_wgs)
+    if stream is None:
+        return ranges
+    ctas = n // (compute_wgs * WG_ROWS) * ranges["k_splits"]  # (one x tile)
+    waves, fill = cdiv(ctas, sms), _fill(ranges, m, n, sms)
+    if ranges["block_m"] <= TWO_BLOCK_MAX_X_TILE:
+        keep = (waves == 1 and fill >= ONE_WAVE_FILL) or stream["programs"] < fill * sms
+    else:
+        keep = (waves < WIDE_MIN_WAVES
+                or k // BLOCK // ranges["k_splits"] >= WIDE_MAX_RANGE_BLOCKS)
+    return ranges if keep else stream
 
 
 def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:

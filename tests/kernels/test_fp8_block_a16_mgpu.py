@@ -15,7 +15,7 @@ from pallas_kernels import KShardError, k_shards
 from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, Stream, _launch,
                                                 _scale_operand, decode_params, det_params,
                                                 fp8_block_a16_matmul_mgpu, launch_params,
-                                                range_params, stream_programs)
+                                                range_params, stream_params, stream_programs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 
@@ -197,25 +197,45 @@ def test_stream_layout_is_what_the_steps_give():
                               for c in range(programs))
 
 
-def test_decode_params_stream_one_wave():
-    """One x tile (M <= 128): stream-K over the most CTAs (at most one per SM) that share the
-    steps equally, each at least 8 K-blocks, two blocks a step with x tiles of <= 16 rows --
-    where that one wave fills the SMs at least as well as the K ranges do; two x tiles: the
-    ranges."""
-    for k, n in ((4096, 6144), (8192, 10240), (4096, 28672), (7168, 24576), (18432, 7168)):
+def test_stream_params_share_the_steps_in_one_wave():
+    """One x tile (M <= 128): the most CTAs (at most one per SM) that share the steps equally,
+    each at least 8 K-blocks, two blocks a step with x tiles of <= 16 rows; two x tiles: none."""
+    for k, n in ((4096, 6144), (8192, 10240), (4096, 28672), (7168, 24576), (8192, 57344)):
         for m in (1, 16, 64, 100):
-            p = decode_params(m, n, k, 132)
+            p = stream_params(m, n, k, 132)
             blocks = 2 if m <= 16 else 1
             steps = n // 128 * (k // 128 // blocks)
             assert p == dict(block_m=range_params(m, n, k, 132)["block_m"],
                              programs=p["programs"], blocks_per_step=blocks, compute_wgs=2)
             assert steps % p["programs"] == 0 and 120 <= p["programs"] <= 132, (k, n, m, p)
-            assert launch_params(m, n, k, False)["programs"] == p["programs"]
-    assert decode_params(1, 7168, 18432, 132)["programs"] == 126  # 2016 steps: 126 x 16
-    assert decode_params(256, 4096, 14336, 132) == range_params(256, 4096, 14336, 132)
-    assert decode_params(1, 256, 512, 132)["programs"] == 2  # 2 tiles x 4 K-blocks: 4 each
+    assert stream_params(1, 7168, 18432, 132)["programs"] == 126  # 2016 steps: 126 x 16
+    assert stream_params(256, 4096, 14336, 132) is None
+    assert stream_params(1, 256, 512, 132)["programs"] == 2  # 2 tiles x 4 K-blocks: 4 each
     assert stream_programs(2, 67, 132, 2) == 67  # 134 steps: 67 CTAs of 2
     assert stream_programs(2, 67, 132, 8) == 2 and stream_programs(1, 7, 132, 8) == 1
+
+
+def test_decode_params_stream_where_the_ranges_lose_waves():
+    """The session-10 H200 choices (sweep_fp8 mgpu_stream, 11 shapes): stream-K at M <= 16
+    unless the K ranges run one wave on >= 80% of the SMs; at M=64 only against >= 3 waves of
+    short ranges; the ranges from two x tiles on."""
+    stream = {1: {(4096, 6144), (4096, 28672), (8192, 10240), (8192, 57344), (7168, 24576),
+                  (7168, 36864)},
+              64: {(8192, 10240), (7168, 24576), (7168, 36864)}}
+    stream[16] = stream[1]
+    for m, streamed in stream.items():
+        for kns in bench_shapes():
+            p = decode_params(m, kns[1], kns[0], 132)
+            assert ("programs" in p) == (kns in streamed), (m, kns, p)
+            assert p == (stream_params if kns in streamed else range_params)(
+                m, kns[1], kns[0], 132)
+            assert launch_params(m, kns[1], kns[0], False).get("programs") == p.get("programs")
+    assert "programs" not in decode_params(256, 10240, 8192, 132)
+
+
+def bench_shapes():
+    from jqlin.bench import SHAPES
+    return [kn for kns in SHAPES.values() for kn in kns]
 
 
 def test_stages_must_fit_shared_memory(rng):
@@ -525,11 +545,10 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
 @pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (7, 2560, 7168), (16, 6144, 4096),
                                    (64, 2560, 7168), (100, 3072, 4096)])
 def test_gpu_stream_k_matches_float64(rng, kind, m, n, k):
-    """decode_params' stream-K launch for this device's SMs at real sizes: tiles over up to 7
-    CTAs, CTAs over 2 tiles, 8- to 128-row x tiles, every scale kind as stored."""
+    """stream_params' launch for this device's SMs at real sizes: tiles over up to 7 CTAs,
+    CTAs over 2 tiles, 8- to 128-row x tiles, every scale kind as stored."""
     from pallas_kernels.fp8_heuristics import num_sms
-    p = decode_params(m, n, k, num_sms())
-    assert "programs" in p, p
+    p = stream_params(m, n, k, num_sms())
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
     y = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind,
                                                      out_dtype=jnp.float32, **p))(x, w, ws)
