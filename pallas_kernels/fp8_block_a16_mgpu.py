@@ -115,11 +115,12 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         def scale(j, shape):  # K-block j of the step: its scale for this warpgroup's rows
             if scales == "tensor":  # one value, loaded once (_scope)
                 return lax.broadcast_in_dim(ws_smem, shape, ())
+            first = held * tile_rows + wg * WG_ROWS  # the warpgroup's first row of those held
             if scales == "block":  # one value per 128 weight rows
-                v = ws_smem[(held * tile_rows + wg * WG_ROWS) // BLOCK, k_block + j]
+                v = ws_smem[first // BLOCK, k_block + j]
                 return lax.broadcast_in_dim(v, shape, ())
-            at = (ws_smem.at[j, rows] if scales == "rows" else
-                  ws_smem.at[0, pl.ds(held * tile_rows + wg * WG_ROWS, WG_ROWS)])
+            at = (ws_smem.at[j, rows] if scales == "rows" else  # channel: (N/128, 128) rows
+                  ws_smem.at[first // BLOCK, pl.ds(first - first // BLOCK * BLOCK, WG_ROWS)])
             v = plgpu.load(at, layout=plgpu.Layout.WGMMA.reduce(1))
             return lax.broadcast_in_dim(v, shape, [0])
 
@@ -181,12 +182,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ws_refs = (ws_gmem,) if scales == "rows" else ()
         if scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
             ws_tile = ws_gmem[0, 0]
-        elif scales == "block":
+        elif scales in ("block", "channel"):  # rows of 128 weight rows' scales (_scale_operand)
             per_tile = tile_rows // BLOCK
             load_tile_scales(ws_gmem.at[pl.ds(lo * per_tile, stream.held * per_tile)],
-                             ws_tile, ws_bar)
-        elif scales == "channel":
-            load_tile_scales(ws_gmem.at[:, pl.ds(lo * tile_rows, stream.held * tile_rows)],
                              ws_tile, ws_bar)
 
         def step(idx, w_smem, x_smem, *refs):
@@ -241,9 +239,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             ws_refs = (ws_gmem.at[:, n_slice],)
         elif scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
             ws_tile, ws_refs = ws_gmem[0, 0], ()
-        else:
-            load_tile_scales(ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)]
-                             if scales == "block" else ws_gmem.at[:, n_slice], ws_tile, ws_bar)
+        else:  # block / channel: the tile's rows of 128 weight rows' scales (_scale_operand)
+            load_tile_scales(ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)],
+                             ws_tile, ws_bar)
             ws_refs = ()
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
 
@@ -406,10 +404,11 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 
 def _tile_scales(scales: str, tile_rows: int, k: int, held: int = 1) -> tuple[int, int]:
     """The shared-memory copy of the scales of a CTA's `held` weight tiles as stored, loaded
-    once: "block" their rows of (N/128, K/128), "channel" their slice of (1, N); "tensor" (a
-    value) and "rows" (a row per step, in the pipeline's stages) keep none."""
+    once: their rows of the block scales (N/128, K/128) or of the channel scales viewed
+    (N/128, 128); "tensor" (a value) and "rows" (a row per step, in the pipeline's stages)
+    keep none."""
     return {"block": (held * tile_rows // BLOCK, k // BLOCK),
-            "channel": (1, held * tile_rows)}.get(scales, (0, 0))
+            "channel": (held * tile_rows // BLOCK, BLOCK)}.get(scales, (0, 0))
 
 
 class Stream(NamedTuple):
@@ -582,7 +581,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
 def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.Array, str]:
     """The weight scale as the kernel reads it, and how (_kernel's `scales`): block scales as
     stored, (N/128, K/128), each CTA loading its rows once -- where TMA can move such a row
-    (K/128 a multiple of 4 and at most 256); channel scales as stored, viewed (1, N); the
+    (K/128 a multiple of 4 and at most 256); channel scales as stored, viewed (N/128, 128) --
+    a row per 128 weight rows, as block scales (a TMA box holds <= 256 per dimension, and a
+    streamed CTA loads several tiles'); the
     per-tensor scale as stored, (1, 1), read once from global memory; else (block scales of
     other K) weight_scale_rows' (K/128, N) rows, one per pipeline step. The same values
     multiply the same partial sums either way. Session 9: the rows cost an XLA pass of
@@ -592,7 +593,7 @@ def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.A
     if kind == "block" and kb % 4 == 0 and kb <= 256:
         return w_scale.astype(F32), "block"
     if kind == "channel":
-        return w_scale.astype(F32).reshape(1, n), "channel"
+        return w_scale.astype(F32).reshape(n // BLOCK, BLOCK), "channel"
     if kind == "tensor":
         return w_scale.astype(F32), "tensor"
     return weight_scale_rows(w_scale, kind, n, k), "rows"

@@ -152,7 +152,7 @@ def test_scale_operand_routes():
                      (33280, "rows")):
         ws = jnp.ones((2, k // 128), jnp.float32)
         assert _scale_operand(ws, "block", 256, k)[1] == route, k
-    assert _scale_operand(jnp.ones((256, 1)), "channel", 256, 512)[0].shape == (1, 256)
+    assert _scale_operand(jnp.ones((256, 1)), "channel", 256, 512)[0].shape == (2, 128)
     ws, route = _scale_operand(jnp.full((1, 1), 3.0), "tensor", 256, 512)
     assert route == "tensor" and ws.shape == (1, 1)
 
@@ -294,6 +294,21 @@ def test_lowers_for_cuda_on_cpu_at_any_m(rng, m, kind):
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind,
                                                      **launch_params(m, 256, 1024, False)))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
+@pytest.mark.parametrize("k,n", [(4096, 28672), (8192, 57344), (7168, 36864)])
+def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n):
+    """Streamed CTAs holding 3-4 weight tiles' scales: each scale copy fits a TMA box (<= 256
+    per dimension; channel scales as one (384,) row did not, on the H200 in session 10)."""
+    p = launch_params(1, n, k, False)
+    assert "programs" in p
+    x = jnp.ones((1, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct({"block": (n // 128, k // 128), "channel": (n, 1),
+                               "tensor": (1, 1)}[kind], jnp.float32)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind, **p))
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
 @pytest.mark.parametrize("m,params", [(5, dict(block_m=16, k_splits=2)),
@@ -543,10 +558,10 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
 @pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (7, 2560, 7168), (16, 6144, 4096),
-                                   (64, 2560, 7168), (100, 3072, 4096)])
+                                   (64, 2560, 7168), (100, 3072, 4096), (3, 40960, 512)])
 def test_gpu_stream_k_matches_float64(rng, kind, m, n, k):
     """stream_params' launch for this device's SMs at real sizes: tiles over up to 7 CTAs,
-    CTAs over 2 tiles, 8- to 128-row x tiles, every scale kind as stored."""
+    CTAs over 2 to 4 tiles (K=512), 8- to 128-row x tiles, every scale kind as stored."""
     from pallas_kernels.fp8_heuristics import num_sms
     p = stream_params(m, n, k, num_sms())
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
