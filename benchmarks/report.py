@@ -277,6 +277,13 @@ def main() -> int:
          "launch (each CTA storing its K parts as slabs; session 9, 11 shapes)"),
         ("h200_fp8_grid_s9_per_tensor.json", "FP8 per-tensor W8A16 with its scale read as "
          "stored, on the Mosaic kernel from M=1 (session 9, 11 shapes)"),
+        ("h200_fp8_sweep_stream_s10.json", "FP8 W8A16 decode: K ranges (`_ranges`, session 9's "
+         "launch) against stream-K (`_stream`: every CTA the same run of (weight tile, K-step) "
+         "steps) and stream-K closing its pieces by a select (`_stream_select`, removed), "
+         "fp8_block_a16 on the Mosaic kernel directly (session 10, 11 shapes)"),
+        ("h200_fp8_grid_s10_stream.json", "FP8 W8A16 at M=1-256 with stream-K where "
+         "decode_params picks it (session 10, 11 shapes, one GPU; supersedes the W8A16 tables "
+         "above at these M)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

@@ -1,9 +1,10 @@
 """FP8 weight-only (W8A16: e4m3 weights with 128x128 block, per-channel or per-tensor scales,
 bf16/f16 activations) on Mosaic GPU -- the default-mode path of `pallas_fp8_w8a16` on sm_90 for
 16-bit activations (pallas_kernels.fp8_paths): at every M below the dense path's (which takes
-whole-K scales from M=1024); in deterministic mode at every M. H200, 11 shapes (NOTES.md, sessions 6-9): fp8_block_a16 1.67x
-bf16 at M=1 and 1.59x at M=16 (geomean; 1.29-2.02x, session 9), 0.75-0.77x at M=256 to 1024,
-where the Triton kernel ran 0.83x / 0.81x and 0.45x / 0.42x.
+whole-K scales from M=1024); in deterministic mode at every M. H200, 11 shapes (NOTES.md,
+sessions 6-10): fp8_block_a16 1.73x bf16 at M=1 and 1.64x at M=16 (geomean; 1.21-1.97x,
+session 10), 0.73-0.77x at M=256 to 1024, where the Triton kernel ran 0.83x / 0.81x and
+0.45x / 0.42x.
 
 Why not Triton: its W8A16 block kernel ran at 0.36-0.48x bf16 from M=1024 (session-5 grid):
 its e4m3 -> bf16 conversion and a scale multiply per 128-K step sit between MMAs that nothing
@@ -17,7 +18,9 @@ Swap-AB: the weight rows are the MMA's M side, so the kernel computes y^T (N, M)
 x^T and the caller transposes. Numerics per output (m, n), K-block kb of 128: part = sum_k
 bf16(w[n, k]) * x[m, k] (one wgmma chain from zero, float32 accumulation), then
 total += part * w_scale[n // 128, kb] in float32, in K order. With k_splits ranges of K, each
-range's total starts from zero and the ranges' totals are added in K order afterwards.
+range's total starts from zero and the ranges' totals are added in K order afterwards; with
+stream-K (`programs`) the ranges are the pieces of a tile that each CTA's equal run of steps
+covers (Stream), added the same way.
 
 Layout: w (N, K) e4m3, N and K multiples of 128 (block formats store them padded); x (M, K)
 bf16 or f16 (its last tile of block_m rows read past its end as zeros by TMA); scales read
