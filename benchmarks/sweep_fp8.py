@@ -183,7 +183,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     block_m / k_splits / stages overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
-    from pallas_kernels.fp8_block_a16_mgpu import (TWO_BLOCK_MAX_X_TILE,
+    from pallas_kernels.fp8_block_a16_mgpu import (blocks_per_step,
                                                    fp8_block_a16_matmul_mgpu, launch_params,
                                                    range_params, stream_params)
     interpret = jax.default_backend() == "cpu"
@@ -191,8 +191,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
 
     def ranges(m, n, k):  # session 9's decode launch: K ranges, two blocks a step if even
         p = range_params(m, n, k, num_sms())
-        two = p["block_m"] <= TWO_BLOCK_MAX_X_TILE and (k // 128 // p["k_splits"]) % 2 == 0
-        return {**p, "blocks_per_step": 2 if two else 1}
+        return {**p, "blocks_per_step": blocks_per_step(p["block_m"], k // 128 // p["k_splits"])}
 
     def fn(x, qw):
         (n, k), m = qw.storage_shape, x.shape[0]

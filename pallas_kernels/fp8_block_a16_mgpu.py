@@ -55,7 +55,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "range_params", "det_params",
-           "launch_params", "stream_params", "stream_programs", "Stream",
+           "launch_params", "stream_params", "stream_programs", "blocks_per_step", "Stream",
            "X_TILES", "DET_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
@@ -163,11 +163,22 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: where(i)[::-1])]
              if scales == "rows" else []))
 
-    def load_tile_scales(src, ws_tile, ws_bar):  # once per CTA, by the TMA warpgroup
-        @pl.when(lax.axis_index("wg") == 0)
-        def _():
-            plgpu.copy_gmem_to_smem(src, ws_tile, ws_bar)
-        plgpu.barrier_wait(ws_bar)
+    def held_scales(lo, held, ws_tile, ws_bar):
+        """The scales of weight tiles lo .. lo + held - 1 as one_block reads them, loaded once
+        per CTA: "tensor" the value (a (1, 1) is too small for TMA: read from global memory);
+        "block" / "channel" their rows of 128 weight rows' scales (_scale_operand), by TMA
+        from the TMA warpgroup; "rows" none (they go with the pipeline's steps)."""
+        if scales == "tensor":
+            return ws_gmem[0, 0]
+        if scales in ("block", "channel"):
+            per_tile = tile_rows // BLOCK
+
+            @pl.when(lax.axis_index("wg") == 0)
+            def _():
+                plgpu.copy_gmem_to_smem(ws_gmem.at[pl.ds(lo * per_tile, held * per_tile)],
+                                        ws_tile, ws_bar)
+            plgpu.barrier_wait(ws_bar)
+        return ws_tile
 
     def streamed(allocs, out_smem, a_smem, ws_tile, ws_bar):
         # stream-K: CTA c runs steps c*L .. c*L + L - 1 of the tile-major sequence of (weight
@@ -182,13 +193,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             return tile, g - tile * tile_steps
 
         lo = jnp.minimum(first // tile_steps, n // tile_rows - stream.held)  # first tile held
+        ws_tile = held_scales(lo, stream.held, ws_tile, ws_bar)
         ws_refs = (ws_gmem,) if scales == "rows" else ()
-        if scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
-            ws_tile = ws_gmem[0, 0]
-        elif scales in ("block", "channel"):  # rows of 128 weight rows' scales (_scale_operand)
-            per_tile = tile_rows // BLOCK
-            load_tile_scales(ws_gmem.at[pl.ds(lo * per_tile, stream.held * per_tile)],
-                             ws_tile, ws_bar)
 
         def step(idx, w_smem, x_smem, *refs):
             tile, k_step = where(idx[0])
@@ -238,14 +244,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         n_idx, m_idx = tile_index(tile, n // tile_rows, m // block_m, group_m)
         n_slice = pl.ds(n_idx * tile_rows, tile_rows)
         m_slice = pl.ds(m_idx * block_m, block_m)
-        if scales == "rows":
-            ws_refs = (ws_gmem.at[:, n_slice],)
-        elif scales == "tensor":  # (1, 1): too small for TMA, read straight from global memory
-            ws_tile, ws_refs = ws_gmem[0, 0], ()
-        else:  # block / channel: the tile's rows of 128 weight rows' scales (_scale_operand)
-            load_tile_scales(ws_gmem.at[pl.ds(n_idx * (tile_rows // BLOCK), tile_rows // BLOCK)],
-                             ws_tile, ws_bar)
-            ws_refs = ()
+        ws_tile = held_scales(n_idx, 1, ws_tile, ws_bar)
+        ws_refs = (ws_gmem.at[:, n_slice],) if scales == "rows" else ()
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
 
         def store_part(total, part):  # this warpgroup's rows of the tile to slab `part`
@@ -284,17 +284,22 @@ def range_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict
     block_m = _x_tile(m)
     ctas, k_blocks = n // (compute_wgs * WG_ROWS) * cdiv(m, block_m), k // BLOCK
     options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
-    fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}
+    fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}  # of the waves' slots
     best = max(fill.values())
     return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2),
                 compute_wgs=compute_wgs)
 
 
-def _fill(params: dict, m: int, n: int, sms: int) -> float:
-    """The fraction of the SMs' slots of all waves that range_params' CTAs occupy."""
-    ctas = n // (params["compute_wgs"] * WG_ROWS) * cdiv(m, params["block_m"]) * params[
-        "k_splits"]
-    return ctas / (cdiv(ctas, sms) * sms)
+def _range_ctas(params: dict, m: int, n: int) -> int:
+    """The CTAs of range_params' launch."""
+    return (n // (params["compute_wgs"] * WG_ROWS) * cdiv(m, params["block_m"])
+            * params["k_splits"])
+
+
+def blocks_per_step(block_m: int, part_blocks: int) -> int:
+    """Two K-blocks per pipeline step with x tiles of up to TWO_BLOCK_MAX_X_TILE rows where
+    every K part (or streamed step run) holds an even number of K-blocks, else one."""
+    return 2 if block_m <= TWO_BLOCK_MAX_X_TILE and part_blocks % 2 == 0 else 1
 
 
 def stream_programs(tiles: int, tile_steps: int, sms: int, min_steps: int) -> int:
@@ -312,7 +317,7 @@ def stream_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dic
     block_m, k_blocks = _x_tile(m), k // BLOCK
     if cdiv(m, block_m) > 1:
         return None
-    blocks = 2 if block_m <= TWO_BLOCK_MAX_X_TILE and k_blocks % 2 == 0 else 1
+    blocks = blocks_per_step(block_m, k_blocks)
     programs = stream_programs(n // (compute_wgs * WG_ROWS), k_blocks // blocks, sms,
                                cdiv(min(8, k_blocks), blocks))
     return dict(block_m=block_m, programs=programs, blocks_per_step=blocks,
@@ -341,8 +346,9 @@ def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dic
                                                                           compute_wgs)
     if stream is None:
         return ranges
-    ctas = n // (compute_wgs * WG_ROWS) * ranges["k_splits"]  # (one x tile)
-    waves, fill = cdiv(ctas, sms), _fill(ranges, m, n, sms)
+    ctas = _range_ctas(ranges, m, n)
+    waves = cdiv(ctas, sms)
+    fill = ctas / (waves * sms)
     if ranges["block_m"] <= TWO_BLOCK_MAX_X_TILE:
         keep = (waves == 1 and fill >= ONE_WAVE_FILL) or stream["programs"] < fill * sms
     else:
@@ -398,10 +404,10 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
         small = det_params(m, n, k, num_sms(), compute_wgs)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
-    per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
-    if (small.get("block_m", BLOCK) <= TWO_BLOCK_MAX_X_TILE and per_part % 2 == 0
-            and "programs" not in small):  # (decode_params sets a stream's)
-        small["blocks_per_step"] = 2
+    if "programs" not in small:  # (stream_params sets a stream's: its step count needs it)
+        per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
+        if blocks_per_step(small.get("block_m", BLOCK), per_part) == 2:
+            small["blocks_per_step"] = 2
     return dict(a_in_registers=not interpret, **small)
 
 

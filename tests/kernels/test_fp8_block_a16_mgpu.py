@@ -215,6 +215,11 @@ def test_stream_params_share_the_steps_in_one_wave():
     assert stream_programs(2, 67, 132, 8) == 2 and stream_programs(1, 7, 132, 8) == 1
 
 
+def _bench_shapes():
+    from jqlin.bench import SHAPES
+    return [kn for kns in SHAPES.values() for kn in kns]
+
+
 def test_decode_params_stream_where_the_ranges_lose_waves():
     """The session-10 H200 choices (sweep_fp8 mgpu_stream, 11 shapes): stream-K at M <= 16
     unless the K ranges run one wave on >= 80% of the SMs; at M=64 only against >= 3 waves of
@@ -224,18 +229,13 @@ def test_decode_params_stream_where_the_ranges_lose_waves():
               64: {(8192, 10240), (7168, 24576), (7168, 36864)}}
     stream[16] = stream[1]
     for m, streamed in stream.items():
-        for kns in bench_shapes():
+        for kns in _bench_shapes():
             p = decode_params(m, kns[1], kns[0], 132)
             assert ("programs" in p) == (kns in streamed), (m, kns, p)
             assert p == (stream_params if kns in streamed else range_params)(
                 m, kns[1], kns[0], 132)
             assert launch_params(m, kns[1], kns[0], False).get("programs") == p.get("programs")
     assert "programs" not in decode_params(256, 10240, 8192, 132)
-
-
-def bench_shapes():
-    from jqlin.bench import SHAPES
-    return [kn for kns in SHAPES.values() for kn in kns]
 
 
 def test_stages_must_fit_shared_memory(rng):
