@@ -179,11 +179,14 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     """fmt (fp8_block_a16 / fp8_per_channel_a16) through the Mosaic GPU W8A16 kernel
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
     small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
-    M), "ranges" (K ranges: range_params), "stream" (stream-K: stream_params) or a dict of
-    block_m / k_splits / stages overrides on top of "auto"."""
+    M), "ranges" (K ranges: range_params), "stream" (stream-K: stream_params), "det"
+    (deterministic mode's launch_params), "det_x16" (the same with 16-row x tiles at least,
+    as in the interpreter), "det_ranges" (det_params without its stream of whole K parts, 16
+    rows: session 10's deterministic launch) or a dict of block_m / k_splits / stages
+    overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
-    from pallas_kernels.fp8_block_a16_mgpu import (blocks_per_step,
+    from pallas_kernels.fp8_block_a16_mgpu import (blocks_per_step, det_params,
                                                    fp8_block_a16_matmul_mgpu, launch_params,
                                                    range_params, stream_params)
     interpret = jax.default_backend() == "cpu"
@@ -200,6 +203,14 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             params.update(ranges(m, n, k))
         elif small == "stream":
             params.update(stream_params(m, n, k, num_sms()))
+        elif small == "det":
+            params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
+        elif small in ("det_ranges", "det_x16"):  # (launch_params' two-blocks rule there)
+            p = det_params(m, n, k, num_sms(), streamed=small == "det_x16")
+            per_part = k // 128 // p["k_splits"] // p["k_parts"]
+            if "programs" not in p:
+                p["blocks_per_step"] = blocks_per_step(p["block_m"], per_part)
+            params.update(p)
         elif small is not None:
             params = {**launch_params(m, n, k, interpret), **params,
                       **(small if isinstance(small, dict) else {})}
@@ -208,7 +219,8 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         return qw.trim_rows(y)
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
-    return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, "default", fn)
+    mode = "det" if small in ("det", "det_x16", "det_ranges") else "default"
+    return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
 
 def _triton_block_op() -> bench.Op:
@@ -375,6 +387,20 @@ def main(argv=None) -> int:
         for model, k, n in shapes:
             ops = [bench.bf16_op(), _mgpu_a16_op("fp8_block_a16", regs, "ranges"),
                    _mgpu_a16_op("fp8_block_a16", regs, "stream")]
+            run_saved((model, k, n), ms, ops)
+    if "det_stream" in parts:  # deterministic W8A16 decode: whole K parts streamed (s11)
+        # prediction (NOTES.md session 11): det/default from 1.06-1.37x (session 10) to
+        # within ~1.05x at M <= 16 where the old launch ran 1.5 waves (K=7168, N >= 24576)
+        # or 0.6-0.8 of one (ranges x stored parts); at M=64 the per-part cond close of
+        # 64-row x tiles (~15% a step, session 10) against the old stored parts' select
+        regs = not args.tiny
+        ms = (1, 16, 64)
+        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
+        if args.tiny:
+            shapes, ms = [("tiny", 512, 256)], (3,)
+        for model, k, n in shapes:
+            ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", regs, small) for small in (
+                ("det",) if args.tiny else ("auto", "det_ranges", "det_x16", "det"))]  # CI's time
             run_saved((model, k, n), ms, ops)
     if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
         # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that

@@ -55,8 +55,9 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "range_params", "det_params",
+           "det_stream_params",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step", "Stream",
-           "X_TILES", "DET_MIN_X_TILE"]
+           "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
 X_TILES = (8, 16, 32, 64, 128)  # x rows per CTA tile: wgmma's N (multiples of 8)
@@ -65,8 +66,9 @@ X_ROWS_TILING = 8  # TMA row tiling of x in shared memory (see _launch)
 SPLIT_MAX_M = 256
 # Deterministic mode's narrowest x tile: in the CPU interpreter a row's bits differ between
 # 8-row tiles and wider ones (XLA:CPU's dot takes another route for N=8), so the schedule that
-# CI checks bitwise starts at 16 rows on every backend.
-DET_MIN_X_TILE = 16
+# CI checks bitwise starts at 16 rows there. On the GPU wgmma gives a row the same bits at
+# N=8 as wider (test_gpu_x_tile_width_does_not_change_a_row), and 8 rows halve M=1's slabs.
+DET_MIN_X_TILE, DET_GPU_MIN_X_TILE = 16, 8
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
 # how a warpgroup reads its weight tile (see a_load)
 A_LOADS = ("wgmma", "relabel_4x")
@@ -184,6 +186,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         # stream-K: CTA c runs steps c*L .. c*L + L - 1 of the tile-major sequence of (weight
         # tile, K-step); a tile's steps may span CTAs, each storing its piece of the tile's sum
         # to slab (c - the tile's first CTA) when the piece ends (summed in K order: _sum_pieces)
+        # -- or, with K parts (deterministic mode), each whole part to slab (part), summed in
+        # part order as K ranges are
         tile_steps, c = k // step_k, lax.axis_index("tile")
         first = c * steps
 
@@ -196,16 +200,22 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ws_tile = held_scales(lo, stream.held, ws_tile, ws_bar)
         ws_refs = (ws_gmem,) if scales == "rows" else ()
 
+        part_steps = tile_steps // stream.parts
+
         def step(idx, w_smem, x_smem, *refs):
             tile, k_step = where(idx[0])
             ws = ((refs[0], None, 0) if scales == "rows" else
                   (ws_tile, k_step * blocks, tile - lo))
             run = one_block(w_smem, x_smem, ws, refs[-1], a_smem)
-            ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
+            if stream.parts > 1:  # K parts: a CTA runs whole ones, each to slab (its part)
+                part = k_step // part_steps
+                ends, slab = k_step - part * part_steps == part_steps - 1, part
+            else:  # pieces: to slab (this CTA - the tile's first)
+                ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
+                slab = c - tile * tile_steps // steps
 
             def store(r):  # the piece ends: to its slab
-                store_wg_rows(r, out_smem=out_smem,
-                              out_gmem=out_gmem.at[c - tile * tile_steps // steps],
+                store_wg_rows(r, out_smem=out_smem, out_gmem=out_gmem.at[slab],
                               row_slice=pl.ds(tile * tile_rows, tile_rows),
                               col_slice=pl.ds(0, block_m))
             # stored, and the next piece from zero (a select over the accumulator every step
@@ -357,11 +367,45 @@ def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dic
     return ranges if keep else stream
 
 
-def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
+def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs: int = 2,
+                      min_x_tile: int = DET_MIN_X_TILE) -> dict | None:
+    """Deterministic mode's stream-K launch for one x tile (M <= 128; else None): the weight
+    tiles' `parts` K parts shared out whole, the most CTAs (at most one per SM) running equal
+    runs of at least eight K-blocks (or one part) each; each part stored to its own slab and
+    the slabs added in part order -- bitwise `parts` K ranges, as the other launches of
+    det_params give them, whatever the CTA count."""
+    block_m = max(min_x_tile, _x_tile(m))
+    if m > block_m or parts == 1:
+        return None
+    part_blocks = k // BLOCK // parts
+    programs = stream_programs(n // (compute_wgs * WG_ROWS), parts, sms,
+                               cdiv(min(8, k // BLOCK), part_blocks))
+    if programs == 1:
+        return None
+    return dict(block_m=block_m, k_splits=1, k_parts=parts, programs=programs,
+                blocks_per_step=blocks_per_step(block_m, part_blocks), compute_wgs=compute_wgs)
+
+
+# Deterministic mode streams whole K parts (det_stream_params) where that costs less than
+# this fraction of in-CTA parts, by a model of bytes over filled SM slots: in-CTA parts
+# stream K bytes per weight row on tiles / (waves * SMs) of the slots; the stream fills
+# programs / SMs of them and adds its slabs' round trip, 8 * P * x-tile rows bytes per
+# weight row. H200, session 11 (11 shapes at M=1/16/64, benchmarks/sweep_fp8.py --parts
+# det_stream): where it picks the stream, session 10's launch was at most 1-3% faster;
+# where it keeps in-CTA parts, the stream was 3-40% slower (the margin: 8192x57344 at M=1,
+# model 1.16 vs 1.18, measured 3% slower) -- in-sample.
+DET_STREAM_MARGIN = 0.95
+
+
+def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
+               streamed: bool = True, min_x_tile: int = DET_MIN_X_TILE) -> dict:
     """Deterministic mode's settings: K always summed as P = det_k_parts(K) contiguous parts,
-    each from zero, added in K order. Only the launch follows M, never the order: the P parts
-    run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where that is
-    cheaper by bytes: in-CTA parts stream the weight (K bytes per weight row) on the fraction
+    each from zero, added in K order. Only the launch follows M, never the order. With one x
+    tile (M <= 128) the tiles' P parts are shared out whole over up to one CTA per SM
+    (det_stream_params) where DET_STREAM_MARGIN's model of bytes over filled SM slots says so
+    (slabs of 8 * P * x-tile rows bytes per weight row against in-CTA parts' waves). Else the
+    P parts run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where
+    that is cheaper by bytes: in-CTA parts stream the weight (K bytes per weight row) on the fraction
     f = min(1, tiles / SMs) of the SMs their tiles occupy; ranges stream it on all of them
     plus the partials' round trip (8 * P * rows bytes per weight row) -- ranges iff
     8 * P * rows < K * (1/f - 1), up to SPLIT_MAX_M rows. The ranges run as default mode's
@@ -369,17 +413,25 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     slabs of their own (parts_sum="store"), so the launch is default mode's. Both give the same sums
     (test_interpreter_fixed_k_order_..., on the GPU test_gpu_fixed_k_order_...). Inside
     `common.k_shards` (k: one device's slice) every device runs its P / count parts as ranges;
-    their partials are gathered and added in order."""
+    their partials are gathered and added in order. min_x_tile: the narrowest x tile
+    (DET_MIN_X_TILE; launch_params gives DET_GPU_MIN_X_TILE on the GPU)."""
     shards = current_k_shards()
     count = 1 if shards is None else shards.count
     parts = det_k_parts(k * count, BLOCK)
     local = device_ranges(parts, k * count, count)
-    block_m = max(DET_MIN_X_TILE, _x_tile(m))
+    block_m = max(min_x_tile, _x_tile(m))
     rows = cdiv(m, block_m) * block_m
     fill = min(1.0, n // (compute_wgs * WG_ROWS) * (rows // block_m) / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
     if shards is not None:
         return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs)
+    stream = (det_stream_params(m, n, k, sms, parts, compute_wgs, min_x_tile) if streamed
+              else None)
+    if stream is not None:
+        tiles = n // (compute_wgs * WG_ROWS)
+        in_cta = cdiv(tiles, sms) * sms / tiles
+        if (1 + 8 * parts * block_m / k) * sms / stream["programs"] < DET_STREAM_MARGIN * in_cta:
+            return stream
     if ranges:  # as many CTAs per tile as default mode's decode settings, each storing its
         # P / R parts as slabs (parts_sum="store"): the P ranges' bits (session 9)
         r = min(parts, range_params(m, n, k, sms, compute_wgs)["k_splits"])
@@ -401,7 +453,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     one stage of two blocks fits: 0.37x). compute_wgs: warpgroups per CTA for the tile count
     (the dispatcher: 2)."""
     if deterministic:
-        small = det_params(m, n, k, num_sms(), compute_wgs)
+        small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
+            DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE))
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     if "programs" not in small:  # (stream_params sets a stream's: its step count needs it)
@@ -423,21 +476,24 @@ def _tile_scales(scales: str, tile_rows: int, k: int, held: int = 1) -> tuple[in
 class Stream(NamedTuple):
     """A stream-K launch (fp8_block_a16_matmul_mgpu's `programs`): `programs` CTAs, each
     running `steps` consecutive pipeline steps of the tile-major (weight tile, K-step)
-    sequence. pieces[t]: how many CTAs share weight tile t (each stores its piece of the
-    tile's sum to its own slab); held: the most tiles one CTA runs (their scales in shared
-    memory)."""
+    sequence. pieces[t]: how many slabs weight tile t's sum comes in -- with parts == 1, one
+    per CTA sharing the tile (each stores its piece of the tile's sum to its own slab); with
+    parts > 1, every tile's `parts` K parts (each CTA runs whole parts, each stored to slab
+    (part)); held: the most tiles one CTA runs (their scales in shared memory)."""
     programs: int
     steps: int
     pieces: np.ndarray
     held: int
+    parts: int = 1
 
     @classmethod
-    def of(cls, tiles: int, tile_steps: int, programs: int) -> "Stream":
+    def of(cls, tiles: int, tile_steps: int, programs: int, parts: int = 1) -> "Stream":
         steps = tiles * tile_steps // programs
         t, c = np.arange(tiles), np.arange(programs)
-        pieces = ((t + 1) * tile_steps - 1) // steps - t * tile_steps // steps + 1
+        pieces = (np.full(tiles, parts) if parts > 1 else
+                  ((t + 1) * tile_steps - 1) // steps - t * tile_steps // steps + 1)
         held = int(np.max((c * steps + steps - 1) // tile_steps - c * steps // tile_steps + 1))
-        return cls(programs, steps, pieces, held)
+        return cls(programs, steps, pieces, held, parts)
 
 
 def _sum_pieces(y: jax.Array, stream: Stream, tile_rows: int) -> jax.Array:
@@ -520,13 +576,17 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       removed) or "store" (written to its own float32 slab: k_splits * k_parts slabs, summed in
       K order afterwards as K ranges are) -- bitwise what k_splits * k_parts ranges give, from
       fewer and longer CTAs (deterministic mode at decode: det_params).
-    programs: stream-K (one x tile, k_splits = k_parts = 1): this many CTAs, each running an
-      equal run of consecutive pipeline steps of the tile-major (weight tile, K-step)
-      sequence, so every CTA streams the same bytes whatever the tile count (K ranges fill
-      the SMs only where tiles x ranges is near a multiple of them). A tile whose steps span
-      CTAs is summed in pieces, one per CTA, each from zero, added in K order afterwards:
-      K ranges whose bounds follow (tiles, K-steps, programs) -- so M, through the x tile's
-      blocks per step, too; default mode only. programs must divide tiles x K-steps.
+    programs: stream-K (one x tile, k_splits = 1): this many CTAs, each running an equal run
+      of consecutive pipeline steps of the tile-major (weight tile, K-step) sequence, so
+      every CTA streams the same bytes whatever the tile count (K ranges fill the SMs only
+      where tiles x ranges is near a multiple of them). With k_parts = 1, a tile whose steps
+      span CTAs is summed in pieces, one per CTA, each from zero, added in K order
+      afterwards: K ranges whose bounds follow (tiles, K-steps, programs) -- so M, through
+      the x tile's blocks per step, too (default mode); programs must divide tiles x K-steps.
+      With k_parts = P > 1, every CTA runs whole K parts of the (weight tile, K part)
+      sequence and stores each part to its own slab (as parts_sum="store"), summed in part
+      order: bitwise P K ranges at every launch (deterministic mode's decode, det_params);
+      programs must divide tiles x P.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -570,15 +630,16 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                          f"of K-blocks ({k // BLOCK // k_splits // k_parts}), got "
                          f"{blocks_per_step!r}")
     if programs is not None:
-        tile_steps = k // BLOCK // blocks_per_step
-        total = n // (compute_wgs * WG_ROWS) * tile_steps
+        tiles = n // (compute_wgs * WG_ROWS)
+        total, unit = ((tiles * k // BLOCK // blocks_per_step, "pipeline steps (weight tiles x "
+                        "K-steps)") if k_parts == 1 else
+                       (tiles * k_parts, "K parts (weight tiles x k_parts)"))
         if not (isinstance(programs, int) and 1 <= programs and total % programs == 0):
-            raise ValueError(f"programs must be a positive int dividing the {total} pipeline "
-                             f"steps (weight tiles x K-steps), got {programs!r}")
-        if k_splits != 1 or k_parts != 1 or m > block_m:
-            raise ValueError(f"programs (stream-K) needs one x tile (M <= block_m), "
-                             f"k_splits=1 and k_parts=1; got M={m}, block_m={block_m}, "
-                             f"k_splits={k_splits}, k_parts={k_parts}")
+            raise ValueError(f"programs must be a positive int dividing the {total} {unit}, "
+                             f"got {programs!r}")
+        if k_splits != 1 or m > block_m:
+            raise ValueError(f"programs (stream-K) needs one x tile (M <= block_m) and "
+                             f"k_splits=1; got M={m}, block_m={block_m}, k_splits={k_splits}")
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
     return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
@@ -629,7 +690,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     narrow = block_m * out_dtype.itemsize < 32
     tile_rows = compute_wgs * WG_ROWS
     stream = None if programs is None else Stream.of(
-        n // tile_rows, k // BLOCK // blocks_per_step, programs)
+        n // tile_rows, k // BLOCK // blocks_per_step, programs, k_parts)
     slabs = (k_splits * (k_parts if parts_sum == "store" else 1) if stream is None
              else int(stream.pieces.max()))
     kernel_out = jnp.dtype(F32) if writes_partials(slabs) or narrow else out_dtype
@@ -650,7 +711,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
-    if stream is not None:  # a tile's pieces, then (k_shards) the devices', in K order
-        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1
+    if stream is not None and stream.parts == 1:  # a tile's pieces, then (k_shards) the
+        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # devices', in K order
     yt = sum_device_splits(y, slabs, n, mp)  # ranges (parts) in K order
     return yt.T[:m].astype(out_dtype)

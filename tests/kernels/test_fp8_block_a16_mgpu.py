@@ -12,8 +12,10 @@ import pytest
 
 from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
-from pallas_kernels.fp8_block_a16_mgpu import (DET_MIN_X_TILE, Stream, _launch,
+from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_MIN_X_TILE, Stream,
+                                                _launch,
                                                 _scale_operand, decode_params, det_params,
+                                                det_stream_params,
                                                 fp8_block_a16_matmul_mgpu, launch_params,
                                                 range_params, stream_params, stream_programs)
 from pallas_kernels.mgpu_common import weight_scale_rows
@@ -101,6 +103,27 @@ def test_interpreter_stream_k_matches_float64(rng, m, n, k, kind, programs, bloc
                                   programs=programs, blocks_per_step=blocks)
     assert y.shape == (m, n) and y.dtype == out_dtype
     _check(y, x, w, ws, out_dtype)
+
+
+@pytest.mark.parametrize("m,n,k,kind,parts,programs,blocks", [
+    (3, 384, 1024, "block", 4, 6, 1),  # 12 parts over 6 CTAs: tiles over 2 CTAs each
+    (16, 640, 1024, "channel", 2, 5, 2),  # two blocks a step
+    (5, 384, 1024, "tensor", 8, 4, 1),  # CTAs holding 2 tiles' scales
+    (9, 384, 640, "block", 5, 3, 1)])  # K/128 = 5: scales as rows
+def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kind, parts,
+                                                               programs, blocks):
+    """Stream-K over whole K parts (deterministic decode, det_stream_params): every part to its
+    own slab whichever CTA runs it -- bitwise `parts` K ranges, within the float64 bound."""
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    st = Stream.of(n // 128, k // 128 // blocks, programs, parts)
+    assert st.steps % (k // 128 // blocks // parts) == 0 and st.pieces.tolist() == [parts] * (
+        n // 128)
+    run = lambda **kw: np.asarray(fp8_block_a16_matmul_mgpu(
+        x, w, ws, scale_kind=kind, out_dtype=jnp.float32, interpret=True,
+        a_in_registers=False, block_m=16, blocks_per_step=blocks, **kw))
+    streamed = run(k_parts=parts, programs=programs)
+    np.testing.assert_array_equal(streamed, run(k_splits=parts))
+    _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
 
 def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
@@ -193,6 +216,14 @@ def test_stream_layout_is_what_the_steps_give():
         assert st.steps * programs == tiles * tile_steps
         assert st.pieces.tolist() == [len(set(owners[t * tile_steps:(t + 1) * tile_steps]))
                                       for t in range(tiles)]
+        assert st.held == max(len(set(np.flatnonzero(owners == c) // tile_steps))
+                              for c in range(programs))
+    for tiles, tile_steps, programs, parts in ((3, 8, 6, 4), (56, 32, 112, 8), (5, 10, 25, 5)):
+        st = Stream.of(tiles, tile_steps, programs, parts)
+        owners = np.arange(tiles * tile_steps) // st.steps
+        # every CTA's run is whole parts: no part's steps span two CTAs
+        per_part = owners.reshape(tiles * parts, tile_steps // parts)
+        assert (per_part == per_part[:, :1]).all() and st.pieces.tolist() == [parts] * tiles
         assert st.held == max(len(set(np.flatnonzero(owners == c) // tile_steps))
                               for c in range(programs))
 
@@ -297,12 +328,14 @@ def test_lowers_for_cuda_on_cpu_at_any_m(rng, m, kind):
 
 
 @pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
-@pytest.mark.parametrize("k,n", [(4096, 28672), (8192, 57344), (7168, 36864)])
-def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n):
+@pytest.mark.parametrize("k,n,deterministic", [(4096, 28672, False), (8192, 57344, False),
+                                               (7168, 36864, False), (7168, 36864, True)])
+def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n, deterministic):
     """Streamed CTAs holding 3-4 weight tiles' scales: each scale copy fits a TMA box (<= 256
-    per dimension; channel scales as one (384,) row did not, on the H200 in session 10)."""
-    p = launch_params(1, n, k, False)
-    assert "programs" in p
+    per dimension; channel scales as one (384,) row did not, on the H200 in session 10); in
+    deterministic mode streamed whole K parts."""
+    p = launch_params(1, n, k, False, deterministic=deterministic)
+    assert "programs" in p and (p.get("k_parts", 1) == 8) == deterministic
     x = jnp.ones((1, k), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
     ws = jax.ShapeDtypeStruct({"block": (n // 128, k // 128), "channel": (n, 1),
@@ -388,9 +421,12 @@ def test_rejects_bad_operands(rng):
                                          r"pipeline steps \(weight tiles x K-steps\), got 3"):
         fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, programs=3)
     with pytest.raises(ValueError, match=r"programs \(stream-K\) needs one x tile \(M <= "
-                                         r"block_m\), k_splits=1 and k_parts=1; got M=8, "
-                                         r"block_m=8, k_splits=2, k_parts=1"):
+                                         r"block_m\) and k_splits=1; got M=8, "
+                                         r"block_m=8, k_splits=2"):
         fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, programs=2, k_splits=2)
+    with pytest.raises(ValueError, match=r"programs must be a positive int dividing the 2 K "
+                                         r"parts \(weight tiles x k_parts\), got 4"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, programs=4, k_parts=2)
     with pytest.raises(ValueError, match=r"needs one x tile .* got M=16, block_m=8"):
         fp8_block_a16_matmul_mgpu(jnp.concatenate([x, x]), w, ws, block_m=8, programs=2)
 
@@ -412,15 +448,22 @@ def test_gpu_matches_float64(rng, m, a_in_registers):
 
 
 def _fixed_order_rows(rng, ms, n, k, interpret):
-    """Row 0 of x inside batches of each M on det_params' schedule, in both of its launch forms
-    (P K ranges as CTAs, P in-CTA parts) whichever one det_params picks at that M."""
+    """Row 0 of x inside batches of each M on det_params' schedule: its own launch at that M
+    and the other forms of the same K order (P K ranges as CTAs, P in-CTA parts, and with one
+    x tile the P parts streamed: det_stream_params)."""
     x_all, w, ws = _operands(rng, max(ms), n, k)
     rows = []
     for m in ms:
-        p = det_params(m, n, k, 132)
+        p = det_params(m, n, k, 132,
+                       min_x_tile=DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE)
         parts = p["k_splits"] * p["k_parts"]
         assert parts > 1  # the check has teeth only with parts to add
-        for form in (dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)):
+        own = {key: v for key, v in p.items() if key not in ("block_m", "compute_wgs")}
+        stream = det_stream_params(m, n, k, 132, parts, min_x_tile=p["block_m"])
+        streamed = [] if stream is None else [{key: v for key, v in stream.items()
+                                               if key not in ("block_m", "compute_wgs")}]
+        for form in [own, dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)
+                     ] + streamed:
             y = fp8_block_a16_matmul_mgpu(
                 x_all[:m], w, ws, out_dtype=jnp.float32, block_m=p["block_m"],
                 compute_wgs=p["compute_wgs"],
@@ -430,8 +473,9 @@ def _fixed_order_rows(rng, ms, n, k, interpret):
 
 
 def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
-    """The deterministic schedule (det_params): row 0 bitwise at M=1, 7, 40 (x tiles of 16, 16,
-    64 rows) and 300 (128), K=512 in 4 parts, as K ranges and as in-CTA parts."""
+    """The deterministic schedule (det_params): row 0 bitwise at M=1, 7 (x tiles of 16 rows),
+    40 (64) and 300 (128), K=512 in 4 parts, in each launch and as K ranges, in-CTA parts and
+    (one x tile) streamed parts."""
     rows = _fixed_order_rows(rng, (1, 7, 40, 300), 256, 512, True)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
@@ -445,11 +489,19 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
             # ranges and in-CTA parts mix only as stored parts (each its own slab)
             assert (1 in (p["k_splits"], p["k_parts"]) or p["parts_sum"] == "store"), p
             assert p["block_m"] >= DET_MIN_X_TILE
-    # 32 weight tiles: SMs idle -- as ranges, launched as default mode's 4 decode CTAs a tile
-    assert det_params(1, 4096, 4096, 132) == dict(block_m=16, k_splits=4, k_parts=2,
-                                                  parts_sum="store", compute_wgs=2)
-    assert det_params(1, 28672, 4096, 132)["k_parts"] == 8  # 224 tiles fill the SMs
-    assert det_params(64, 4096, 4096, 132)["k_splits"] == 4  # 32 tiles: 1/4 of the SMs busy
+    # one x tile: the tiles' 8 K parts shared out whole over (here) 128 CTAs
+    assert det_params(1, 4096, 4096, 132) == dict(block_m=16, k_splits=1, k_parts=8,
+                                                  programs=128, blocks_per_step=2,
+                                                  compute_wgs=2)
+    assert det_params(16, 7168, 18432, 132)["programs"] == 112  # 56 tiles x 8 parts
+    assert det_params(1, 24576, 7168, 132)["blocks_per_step"] == 1  # parts of 7 K-blocks
+    assert det_stream_params(1, 256, 512, 132, 1) is None  # no parts to share
+    # without the stream (session 10's launch): 32 weight tiles leave SMs idle -- as ranges,
+    # launched as default mode's 4 decode CTAs a tile
+    assert det_params(1, 4096, 4096, 132, streamed=False) == dict(
+        block_m=16, k_splits=4, k_parts=2, parts_sum="store", compute_wgs=2)
+    assert det_params(1, 28672, 4096, 132, streamed=False)["k_parts"] == 8  # 224 tiles
+    assert det_params(64, 4096, 4096, 132, streamed=False)["k_splits"] == 4  # 32 tiles
     assert det_params(256, 4096, 4096, 132)["k_parts"] == 8  # partials 2x the weight's bytes
     with k_shards("tp", 2):  # a device's K-slice: its half of the parts, always as ranges
         assert det_params(4096, 28672, 2048, 132) == dict(block_m=128, k_splits=4, k_parts=1,
@@ -461,7 +513,8 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
 @pytest.mark.gpu
 def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
     """The gate for deterministic W8A16 on this kernel: row 0 bitwise at M=1, 7, 64, 255 and
-    300, each with K (7168) in 8 ranges and in 8 in-CTA parts."""
+    300 (x tiles from 8 rows, as on the GPU), each in det_params' launch, with K (7168) in 8
+    ranges and in 8 in-CTA parts."""
     rows = _fixed_order_rows(rng, (1, 7, 64, 255, 300), 2560, 7168, False)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
@@ -553,6 +606,25 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
     sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "tp"),) * 3, out_specs=P(),
                             check_vma=False)
     np.testing.assert_array_equal(np.asarray(sharded(x, w, ws)), np.asarray(det(x, w, ws)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
+@pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (16, 24576, 7168), (64, 7168, 18432),
+                                   (100, 3072, 4096), (3, 17920, 512)])
+def test_gpu_streamed_k_parts_are_the_k_ranges_bitwise(rng, kind, m, n, k):
+    """Deterministic decode's launch (launch_params' det_stream_params on this device) at real
+    sizes: bitwise det_k_parts(K) K ranges, within the float64 bound, every scale kind as
+    stored -- parts of 7 K-blocks (K=7168: one a step), CTAs over 2 tiles (K=7168, K=512), x
+    tiles of 8-128."""
+    p = launch_params(m, n, k, False, deterministic=True)
+    assert "programs" in p
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
+        *a, scale_kind=kind, out_dtype=jnp.float32, block_m=p["block_m"], **kw))(x, w, ws))
+    streamed = run(**{key: v for key, v in p.items() if key != "block_m"})
+    np.testing.assert_array_equal(streamed, run(k_splits=p["k_parts"]))
+    _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
 
 @pytest.mark.gpu
