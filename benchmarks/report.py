@@ -284,6 +284,19 @@ def main() -> int:
         ("h200_fp8_grid_s10_stream.json", "FP8 W8A16 at M=1-256 with stream-K where "
          "decode_params picks it (session 10, 11 shapes, one GPU; supersedes the W8A16 tables "
          "above at these M)"),
+        ("h200_fp8_sweep_det_s11.json", "FP8 W8A16 deterministic decode: session 10's launch "
+         "(`_det_ranges`) against the tiles' K parts streamed whole over up to one CTA per SM "
+         "where det_params' model picks it, with 16-row x tiles (`_det_x16`) and with 8-row "
+         "ones on the GPU (`_det`, launch_params); fp8_block_a16 on the Mosaic kernel "
+         "directly (session 11, 11 shapes)"),
+        ("h200_fp8_sweep_det_narrow_s11.json", "FP8 W8A16 deterministic at M=64-256: in-CTA "
+         "parts on x tiles narrowed to fill the SMs in the same waves (`_det`, wherever the "
+         "model took in-CTA parts, also against the stream) against without (`_det_wide`); "
+         "det_params narrows only where it settles on in-CTA parts (session 11, 11 shapes)"),
+        ("h200_fp8_grid_s11_det.json", "FP8 W8A16 at M=1-256 through the dispatcher with "
+         "deterministic decode streaming whole K parts (session 11, 11 shapes, one GPU; "
+         "before the narrowed in-CTA parts, which change `[det]` at M=256 on 4096x4096 and "
+         "14336x4096: see the sweep above)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

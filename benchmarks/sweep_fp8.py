@@ -180,8 +180,9 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
     small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
     M), "ranges" (K ranges: range_params), "stream" (stream-K: stream_params), "det"
-    (deterministic mode's launch_params), "det_x16" (the same with 16-row x tiles at least,
-    as in the interpreter), "det_ranges" (det_params without its stream of whole K parts, 16
+    (deterministic mode's launch_params), "det_wide" (the same without narrowed x tiles for
+    in-CTA parts), "det_x16" (the same with 16-row x tiles at least, as in the interpreter,
+    not narrowed), "det_ranges" (det_params without its stream of whole K parts, 16
     rows: session 10's deterministic launch) or a dict of block_m / k_splits / stages
     overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
@@ -205,8 +206,9 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             params.update(stream_params(m, n, k, num_sms()))
         elif small == "det":
             params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
-        elif small in ("det_ranges", "det_x16"):  # (launch_params' two-blocks rule there)
-            p = det_params(m, n, k, num_sms(), streamed=small == "det_x16")
+        elif small in ("det_ranges", "det_x16", "det_wide"):  # (launch_params' blocks rule)
+            p = det_params(m, n, k, num_sms(), streamed=small != "det_ranges",
+                           min_x_tile=8 if small == "det_wide" else 16)
             per_part = k // 128 // p["k_splits"] // p["k_parts"]
             if "programs" not in p:
                 p["blocks_per_step"] = blocks_per_step(p["block_m"], per_part)
@@ -219,7 +221,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         return qw.trim_rows(y)
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
-    mode = "det" if small in ("det", "det_x16", "det_ranges") else "default"
+    mode = "det" if small in ("det", "det_wide", "det_x16", "det_ranges") else "default"
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
 
@@ -402,6 +404,18 @@ def main(argv=None) -> int:
             ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", regs, small) for small in (
                 ("det",) if args.tiny else ("auto", "det_ranges", "det_x16", "det"))]  # CI's time
             run_saved((model, k, n), ms, ops)
+    if "det_narrow" in parts and not args.tiny:  # in-CTA parts on narrower x tiles (s11)
+        # prediction (NOTES.md session 11): where 128-row tiles leave SMs idle (M=256 on
+        # 4096x4096 / 14336x4096: det/default 1.68x / 1.88x) ~1.2-1.3x; at M=64 32-row tiles
+        # against streamed parts' slabs on 8192x8192, 18432x7168, 28672x8192 (1.17-1.29x) ~1.1x.
+        # Call 4: right at M=256 (1.19x / 1.37x) and M=128 (4096x6144 1.57 -> 1.12x), wrong
+        # against the stream (32-row in-CTA parts 1.2-1.6x slower): narrowed only where in-CTA
+        # parts are det_params' choice anyway
+        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
+        for model, k, n in shapes:
+            ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", True, small)
+                                       for small in ("auto", "det_wide", "det")]
+            run_saved((model, k, n), (64, 128, 256), ops)
     if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
         # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that
         # kept the parts' sum in shared memory instead of a second register accumulator

@@ -31,6 +31,8 @@ and per-tensor scales multiply each K-block's part by the row's one scale, as bl
 Deterministic mode runs this kernel at every M too (det_params: the K order a function of K
 alone), never the Triton kernels for some M and this one for others: their bits differ even
 in the same K order (benchmarks/probe_det_mgpu.py on the H200: 33-46% of outputs equal).
+Its decode streams the tiles' whole K parts (Stream with parts; session 11: det/default
+1.08x at M=1, 1.10x at M=16 geomean, from 1.17x / 1.15x).
 """
 
 from __future__ import annotations
@@ -397,8 +399,23 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
 DET_STREAM_MARGIN = 0.95
 
 
+def _narrow_x_tile(m: int, tiles: int, block_m: int, sms: int) -> int:
+    """The narrowest x tile of at least DET_NARROW_MIN_X_TILE rows (and at most block_m) whose
+    CTAs (weight tiles x x tiles, each over all of K) run in no more waves than block_m's: the
+    same waves of CTAs with fewer rows each, on more of the SMs; each weight tile is then read
+    by its x tiles' CTAs together (tile_index: L2)."""
+    waves = cdiv(tiles * cdiv(m, block_m), sms)
+    return min((b for b in X_TILES if DET_NARROW_MIN_X_TILE <= b <= block_m
+                and cdiv(tiles * cdiv(m, b), sms) <= waves), default=block_m)
+
+
+# narrowest x tile det_params' in-CTA parts narrow to (GPU: x tile width keeps a row's bits)
+DET_NARROW_MIN_X_TILE = 32
+
+
 def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
-               streamed: bool = True, min_x_tile: int = DET_MIN_X_TILE) -> dict:
+               streamed: bool = True, min_x_tile: int = DET_MIN_X_TILE,
+               narrow: bool = False) -> dict:
     """Deterministic mode's settings: K always summed as P = det_k_parts(K) contiguous parts,
     each from zero, added in K order. Only the launch follows M, never the order. With one x
     tile (M <= 128) the tiles' P parts are shared out whole over up to one CTA per SM
@@ -414,23 +431,28 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
     (test_interpreter_fixed_k_order_..., on the GPU test_gpu_fixed_k_order_...). Inside
     `common.k_shards` (k: one device's slice) every device runs its P / count parts as ranges;
     their partials are gathered and added in order. min_x_tile: the narrowest x tile
-    (DET_MIN_X_TILE; launch_params gives DET_GPU_MIN_X_TILE on the GPU)."""
+    (DET_MIN_X_TILE; launch_params gives DET_GPU_MIN_X_TILE on the GPU). narrow: in-CTA parts
+    take _narrow_x_tile's x tiles (launch_params: on the GPU, where x tile width keeps a row's
+    bits; the interpreter's time grows with the CTAs)."""
     shards = current_k_shards()
     count = 1 if shards is None else shards.count
     parts = det_k_parts(k * count, BLOCK)
     local = device_ranges(parts, k * count, count)
     block_m = max(min_x_tile, _x_tile(m))
     rows = cdiv(m, block_m) * block_m
-    fill = min(1.0, n // (compute_wgs * WG_ROWS) * (rows // block_m) / sms)
+    tiles = n // (compute_wgs * WG_ROWS)
+    ctas = tiles * cdiv(m, block_m)
+    fill = min(1.0, ctas / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
     if shards is not None:
         return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs)
     stream = (det_stream_params(m, n, k, sms, parts, compute_wgs, min_x_tile) if streamed
               else None)
     if stream is not None:
-        tiles = n // (compute_wgs * WG_ROWS)
-        in_cta = cdiv(tiles, sms) * sms / tiles
-        if (1 + 8 * parts * block_m / k) * sms / stream["programs"] < DET_STREAM_MARGIN * in_cta:
+        in_cta = cdiv(ctas, sms) * sms / ctas
+        # (where K ranges would win, the stream does: the same slabs on more of the SMs)
+        if ranges or ((1 + 8 * parts * block_m / k) * sms / stream["programs"]
+                      < DET_STREAM_MARGIN * in_cta):
             return stream
     if ranges:  # as many CTAs per tile as default mode's decode settings, each storing its
         # P / R parts as slabs (parts_sum="store"): the P ranges' bits (session 9)
@@ -439,7 +461,10 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
             return dict(block_m=block_m, k_splits=parts, k_parts=1, compute_wgs=compute_wgs)
         return dict(block_m=block_m, k_splits=r, k_parts=parts // r, parts_sum="store",
                     compute_wgs=compute_wgs)
-    return dict(block_m=block_m, k_splits=1, k_parts=parts, compute_wgs=compute_wgs)
+    # (narrowed only here: against streamed parts, 32-row in-CTA parts ran 1.2-1.6x slower
+    # at M=64-128, session 11)
+    return dict(block_m=_narrow_x_tile(m, tiles, block_m, sms) if narrow else block_m,
+                k_splits=1, k_parts=parts, compute_wgs=compute_wgs)
 
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
@@ -454,7 +479,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     (the dispatcher: 2)."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
-            DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE))
+            DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     if "programs" not in small:  # (stream_params sets a stream's: its step count needs it)

@@ -454,7 +454,7 @@ def _fixed_order_rows(rng, ms, n, k, interpret):
     x_all, w, ws = _operands(rng, max(ms), n, k)
     rows = []
     for m in ms:
-        p = det_params(m, n, k, 132,
+        p = det_params(m, n, k, 132, narrow=not interpret,
                        min_x_tile=DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE)
         parts = p["k_splits"] * p["k_parts"]
         assert parts > 1  # the check has teeth only with parts to add
@@ -479,6 +479,29 @@ def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
     rows = _fixed_order_rows(rng, (1, 7, 40, 300), 256, 512, True)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
+
+
+def test_det_params_narrow_x_tiles_within_the_waves():
+    """Where det_params settles on in-CTA parts, on the GPU (narrow=True) they take the
+    narrowest x tile of >= 32 rows whose CTAs run in as many waves: more SMs, fewer rows each;
+    never more waves. The other launches are the same as without narrowing."""
+    for m in (33, 64, 100, 200, 256, 300, 1024, 4096):
+        for n, k in ((4096, 14336), (4096, 4096), (57344, 8192), (2560, 7168)):
+            p = det_params(m, n, k, 132, min_x_tile=DET_GPU_MIN_X_TILE, narrow=True)
+            wide = det_params(m, n, k, 132, min_x_tile=DET_GPU_MIN_X_TILE)
+            assert {**p, "block_m": 0} == {**wide, "block_m": 0}, (m, n, k)
+            if "programs" in p or p["k_splits"] > 1:
+                assert p == wide
+                continue
+            ctas = lambda b: n // 128 * -(-m // b)
+            assert -(-ctas(p["block_m"]) // 132) <= -(-ctas(wide["block_m"]) // 132)
+            assert p["block_m"] == wide["block_m"] or -(-ctas(p["block_m"] // 2) // 132) > -(
+                -ctas(wide["block_m"]) // 132) or p["block_m"] == 32
+    # M=256 on 32 weight tiles: 2 x tiles of 128 rows (64 CTAs) -> 4 of 64 (128 CTAs)
+    assert det_params(256, 4096, 14336, 132, min_x_tile=8, narrow=True)["block_m"] == 64
+    # M=64 on 64 tiles: streamed parts stay (32-row in-CTA parts ran 1.55x slower)
+    assert "programs" in det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)
+    assert det_params(4096, 8192, 8192, 132, narrow=True)["block_m"] == 128  # 16 waves
 
 
 def test_det_params_launch_follows_m_but_not_the_k_order():
@@ -513,8 +536,8 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
 @pytest.mark.gpu
 def test_gpu_fixed_k_order_rows_are_batch_invariant(rng):
     """The gate for deterministic W8A16 on this kernel: row 0 bitwise at M=1, 7, 64, 255 and
-    300 (x tiles from 8 rows, as on the GPU), each in det_params' launch, with K (7168) in 8
-    ranges and in 8 in-CTA parts."""
+    300 (x tiles from 8 rows, in-CTA parts narrowed as on the GPU: 64-row tiles at M=300),
+    each in det_params' launch, with K (7168) in 8 ranges and in 8 in-CTA parts."""
     rows = _fixed_order_rows(rng, (1, 7, 64, 255, 300), 2560, 7168, False)
     for r in rows[1:]:
         np.testing.assert_array_equal(r, rows[0])
@@ -613,12 +636,14 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
 @pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (16, 24576, 7168), (64, 7168, 18432),
                                    (100, 3072, 4096), (3, 17920, 512)])
 def test_gpu_streamed_k_parts_are_the_k_ranges_bitwise(rng, kind, m, n, k):
-    """Deterministic decode's launch (launch_params' det_stream_params on this device) at real
+    """Deterministic decode's streamed launch (det_stream_params for this device's SMs) at real
     sizes: bitwise det_k_parts(K) K ranges, within the float64 bound, every scale kind as
     stored -- parts of 7 K-blocks (K=7168: one a step), CTAs over 2 tiles (K=7168, K=512), x
     tiles of 8-128."""
-    p = launch_params(m, n, k, False, deterministic=True)
-    assert "programs" in p
+    from pallas_kernels.fp8_heuristics import num_sms
+    p = det_stream_params(m, n, k, num_sms(), det_k_parts(k, 128),
+                          min_x_tile=DET_GPU_MIN_X_TILE)
+    assert p is not None
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
     run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, scale_kind=kind, out_dtype=jnp.float32, block_m=p["block_m"], **kw))(x, w, ws))

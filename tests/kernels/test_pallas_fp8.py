@@ -510,7 +510,7 @@ def test_w8a16_takes_the_mosaic_path_at_prefill_sizes(rng, fmt):
 def test_deterministic_w8a16_decode_launch_keeps_the_rows(rng):
     """Deterministic W8A16 at decode sizes runs two K-blocks per pipeline step (K=2048: 8 parts
     of 2 K-blocks, each stored as its own slab by streamed CTAs that run whole parts), at M=40
-    one (64-row x tiles, stored parts): the same sums, so a row computed alone is bitwise the
+    one (64-row x tiles): the same sums, so a row computed alone is bitwise the
     row inside the batch (Mosaic GPU's interpreter on CPU)."""
     from jqlin.kernels.pallas_fp8 import describe_config
     qw = qweight.quantize(jnp.asarray(rng.standard_normal((256, 2048)), jnp.float32),
@@ -520,7 +520,8 @@ def test_deterministic_w8a16_decode_launch_keeps_the_rows(rng):
     kernel = "pallas_fp8_w8a16"
     alone = describe_config(kernel, 1, qw, qw.spec, x.dtype, True)["path"]
     assert all(f in alone for f in ("blocks_per_step=2", "k_parts=8", "programs=4")), alone
-    assert "blocks_per_step" not in describe_config(kernel, 40, qw, qw.spec, x.dtype, True)["path"]
+    assert "blocks_per_step=2" not in describe_config(kernel, 40, qw, qw.spec, x.dtype,
+                                                      True)["path"]
     y = np.asarray(dispatch.matmul(x, qw, kernel=kernel, deterministic=True))
     row = np.asarray(dispatch.matmul(x[7:8], qw, kernel=kernel, deterministic=True))
     np.testing.assert_array_equal(row[0], y[7])
