@@ -297,6 +297,8 @@ def main() -> int:
          "deterministic decode streaming whole K parts (session 11, 11 shapes, one GPU; "
          "before the narrowed in-CTA parts, which change `[det]` at M=256 on 4096x4096 and "
          "14336x4096: see the sweep above)"),
+        ("h200_fp8_grid_s11_det_narrow.json", "The narrowed in-CTA parts through the "
+         "dispatcher on the shapes they change (session 11; supersedes those `[det]` rows)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

@@ -283,6 +283,14 @@ def main(argv=None) -> int:
         save()
         print(bench.format_table(res["records"]), flush=True)
 
+    def a16_launches(smalls, ms, tiny_smalls):  # fp8_block_a16's launches side by side
+        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
+        if args.tiny:  # (the interpreter: CI's time)
+            shapes, ms, smalls = [("tiny", 512, 256)], (3,), tiny_smalls
+        for model, k, n in shapes:
+            run_saved((model, k, n), ms, [bench.bf16_op()] + [
+                _mgpu_a16_op("fp8_block_a16", not args.tiny, small) for small in smalls])
+
     def go(shapes, fmt, cfgs, ms, baselines=True, extra_fmts=()):
         if args.tiny:
             shapes, ms = [("tiny", 1024, 256)], tuple(min(m, 64) for m in ms)
@@ -381,29 +389,13 @@ def main(argv=None) -> int:
         # a few % faster. Calls 1-2: right at M <= 16 (but 0-4% slower where the ranges run
         # one full wave); at M=64 the cond closing a piece costs ~15% a step (a select
         # instead, call 1, more): faster only where ranges run short CTAs in >= 3 waves
-        regs = not args.tiny
-        ms = (1, 16, 64)
-        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
-        if args.tiny:
-            shapes, ms = [("tiny", 512, 256)], (3,)
-        for model, k, n in shapes:
-            ops = [bench.bf16_op(), _mgpu_a16_op("fp8_block_a16", regs, "ranges"),
-                   _mgpu_a16_op("fp8_block_a16", regs, "stream")]
-            run_saved((model, k, n), ms, ops)
+        a16_launches(("ranges", "stream"), (1, 16, 64), ("ranges", "stream"))
     if "det_stream" in parts:  # deterministic W8A16 decode: whole K parts streamed (s11)
         # prediction (NOTES.md session 11): det/default from 1.06-1.37x (session 10) to
         # within ~1.05x at M <= 16 where the old launch ran 1.5 waves (K=7168, N >= 24576)
         # or 0.6-0.8 of one (ranges x stored parts); at M=64 the per-part cond close of
         # 64-row x tiles (~15% a step, session 10) against the old stored parts' select
-        regs = not args.tiny
-        ms = (1, 16, 64)
-        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
-        if args.tiny:
-            shapes, ms = [("tiny", 512, 256)], (3,)
-        for model, k, n in shapes:
-            ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", regs, small) for small in (
-                ("det",) if args.tiny else ("auto", "det_ranges", "det_x16", "det"))]  # CI's time
-            run_saved((model, k, n), ms, ops)
+        a16_launches(("auto", "det_ranges", "det_x16", "det"), (1, 16, 64), ("det",))
     if "det_narrow" in parts and not args.tiny:  # in-CTA parts on narrower x tiles (s11)
         # prediction (NOTES.md session 11): where 128-row tiles leave SMs idle (M=256 on
         # 4096x4096 / 14336x4096: det/default 1.68x / 1.88x) ~1.2-1.3x; at M=64 32-row tiles
@@ -411,11 +403,7 @@ def main(argv=None) -> int:
         # Call 4: right at M=256 (1.19x / 1.37x) and M=128 (4096x6144 1.57 -> 1.12x), wrong
         # against the stream (32-row in-CTA parts 1.2-1.6x slower): narrowed only where in-CTA
         # parts are det_params' choice anyway
-        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
-        for model, k, n in shapes:
-            ops = [bench.bf16_op()] + [_mgpu_a16_op("fp8_block_a16", True, small)
-                                       for small in ("auto", "det_wide", "det")]
-            run_saved((model, k, n), (64, 128, 256), ops)
+        a16_launches(("auto", "det_wide", "det"), (64, 128, 256), ())
     if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
         # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that
         # kept the parts' sum in shared memory instead of a second register accumulator

@@ -399,6 +399,10 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
 DET_STREAM_MARGIN = 0.95
 
 
+# narrowest x tile det_params' in-CTA parts narrow to (GPU: x tile width keeps a row's bits)
+DET_NARROW_MIN_X_TILE = 32
+
+
 def _narrow_x_tile(m: int, tiles: int, block_m: int, sms: int) -> int:
     """The narrowest x tile of at least DET_NARROW_MIN_X_TILE rows (and at most block_m) whose
     CTAs (weight tiles x x tiles, each over all of K) run in no more waves than block_m's: the
@@ -407,10 +411,6 @@ def _narrow_x_tile(m: int, tiles: int, block_m: int, sms: int) -> int:
     waves = cdiv(tiles * cdiv(m, block_m), sms)
     return min((b for b in X_TILES if DET_NARROW_MIN_X_TILE <= b <= block_m
                 and cdiv(tiles * cdiv(m, b), sms) <= waves), default=block_m)
-
-
-# narrowest x tile det_params' in-CTA parts narrow to (GPU: x tile width keeps a row's bits)
-DET_NARROW_MIN_X_TILE = 32
 
 
 def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
