@@ -180,7 +180,8 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
     small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
     M), "ranges" (K ranges: range_params), "stream" (stream-K: stream_params), "det"
-    (deterministic mode's launch_params), "det_wide" (the same without narrowed x tiles for
+    (deterministic mode's launch_params), "det_fold" (the same with streamed parts folded
+    by each tile's first CTA, parts_sum="cond"), "det_wide" (the same without narrowed x tiles for
     in-CTA parts), "det_x16" (the same with 16-row x tiles at least, as in the interpreter,
     not narrowed), "det_ranges" (det_params without its stream of whole K parts, 16
     rows: session 10's deterministic launch) or a dict of block_m / k_splits / stages
@@ -204,8 +205,10 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             params.update(ranges(m, n, k))
         elif small == "stream":
             params.update(stream_params(m, n, k, num_sms()))
-        elif small == "det":
+        elif small in ("det", "det_fold"):
             params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
+            if small == "det_fold" and "programs" in params:
+                params["parts_sum"] = "cond"
         elif small in ("det_ranges", "det_x16", "det_wide"):  # (launch_params' blocks rule)
             p = det_params(m, n, k, num_sms(), streamed=small != "det_ranges",
                            min_x_tile=8 if small == "det_wide" else 16)
@@ -221,7 +224,8 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         return qw.trim_rows(y)
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
-    mode = "det" if small in ("det", "det_wide", "det_x16", "det_ranges") else "default"
+    mode = ("det" if small in ("det", "det_fold", "det_wide", "det_x16", "det_ranges")
+            else "default")
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
 
@@ -404,6 +408,14 @@ def main(argv=None) -> int:
         # against the stream (32-row in-CTA parts 1.2-1.6x slower): narrowed only where in-CTA
         # parts are det_params' choice anyway
         a16_launches(("auto", "det_wide", "det"), (64, 128, 256), ())
+    if "det_fold" in parts and not args.tiny:  # streamed parts folded by a tile's first CTA
+        # prepared in session 11 after its device time, not measured. Prediction: the slabs
+        # (8 * P * rows bytes per weight row, written and read) drop to ~3/8 written and ~5/8
+        # read where CTAs run 12 parts (K=7168, N >= 24576) and to 5/8 where they run 4
+        # (8192x8192, 18432x7168): det/default at M=16 K=7168 wide 1.17 -> ~1.10, at M=64
+        # 8192x8192 / 18432x7168 1.29 -> ~1.15 -- unless the second live accumulator and the
+        # nested cond cost more per step than the bytes save
+        a16_launches(("auto", "det", "det_fold"), (1, 16, 64), ())
     if "mgpu_parts" in parts:  # deterministic W8A16's in-CTA parts (session 7 call 3)
         # k_parts=8 cost 8-17% against k_parts=1 at M >= 1024 (the grid: ~15%); a variant that
         # kept the parts' sum in shared memory instead of a second register accumulator

@@ -203,12 +203,14 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ws_refs = (ws_gmem,) if scales == "rows" else ()
 
         part_steps = tile_steps // stream.parts
+        fold = stream.parts > 1 and parts_sum == "cond"
 
         def step(idx, w_smem, x_smem, *refs):
             tile, k_step = where(idx[0])
             ws = ((refs[0], None, 0) if scales == "rows" else
                   (ws_tile, k_step * blocks, tile - lo))
-            run = one_block(w_smem, x_smem, ws, refs[-1], a_smem)
+            carry = refs[-1]
+            run = one_block(w_smem, x_smem, ws, carry[0] if fold else carry, a_smem)
             if stream.parts > 1:  # K parts: a CTA runs whole ones, each to slab (its part)
                 part = k_step // part_steps
                 ends, slab = k_step - part * part_steps == part_steps - 1, part
@@ -216,17 +218,40 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
                 slab = c - tile * tile_steps // steps
 
-            def store(r):  # the piece ends: to its slab
+            def store(r, slab=slab):  # the piece ends: to its slab
                 store_wg_rows(r, out_smem=out_smem, out_gmem=out_gmem.at[slab],
                               row_slice=pl.ds(tile * tile_rows, tile_rows),
                               col_slice=pl.ds(0, block_m))
+            if fold:
+                return lax.cond(ends, functools.partial(fold_part, tile, part, store),
+                                lambda r, g: (r, g), run, carry[1])
             # stored, and the next piece from zero (a select over the accumulator every step
             # instead: 4-12% slower with 64-row x tiles, equal with 8-16, session 10)
             return lax.cond(ends, lambda r: (store(r), zero_total(r.shape))[1], lambda r: r,
                             run)
 
+        def fold_part(tile, part, store, run, grand):
+            # parts_sum="cond": the CTA that holds a tile's part 0 (its first) adds its parts
+            # to their sum in registers -- the left fold of K order -- and stores that prefix
+            # once, to slab 0; the tile's later parts (other CTAs) go to slabs 1.. in order
+            zero = zero_total(run.shape)
+            first_c = tile * stream.parts // stream.run_parts
+            prefix = jnp.minimum(stream.parts, (first_c + 1) * stream.run_parts
+                                 - tile * stream.parts)  # the tile's parts there
+
+            def in_prefix(r, g):
+                g = g + r
+                return lax.cond(part == prefix - 1, lambda g: (store(g, 0), zero)[1],
+                                lambda g: g, g)
+
+            def later(r, g):
+                store(r, 1 + part - prefix)
+                return g
+            return zero, lax.cond(c == first_c, in_prefix, later, run, grand)
+
         def context(run):
-            run(zero_total(out_smem.shape[1:]))
+            zero = zero_total(out_smem.shape[1:])
+            run((zero, zero) if fold else zero)
         pipeline(step, context, where)(w_gmem, x_gmem.at[pl.ds(0, block_m)], *ws_refs,
                                        allocations=allocs)
 
@@ -385,7 +410,8 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
     if programs == 1:
         return None
     return dict(block_m=block_m, k_splits=1, k_parts=parts, programs=programs,
-                blocks_per_step=blocks_per_step(block_m, part_blocks), compute_wgs=compute_wgs)
+                blocks_per_step=blocks_per_step(block_m, part_blocks), parts_sum="store",
+                compute_wgs=compute_wgs)
 
 
 # Deterministic mode streams whole K parts (det_stream_params) where that costs less than
@@ -510,6 +536,7 @@ class Stream(NamedTuple):
     pieces: np.ndarray
     held: int
     parts: int = 1
+    run_parts: int = 0  # K parts per CTA (parts > 1)
 
     @classmethod
     def of(cls, tiles: int, tile_steps: int, programs: int, parts: int = 1) -> "Stream":
@@ -518,7 +545,15 @@ class Stream(NamedTuple):
         pieces = (np.full(tiles, parts) if parts > 1 else
                   ((t + 1) * tile_steps - 1) // steps - t * tile_steps // steps + 1)
         held = int(np.max((c * steps + steps - 1) // tile_steps - c * steps // tile_steps + 1))
-        return cls(programs, steps, pieces, held, parts)
+        return cls(programs, steps, pieces, held, parts, tiles * parts // programs)
+
+    def folded(self) -> "Stream":
+        """The same launch with the parts of each tile's first CTA folded in registers
+        (parts_sum="cond"): pieces[t] becomes that prefix's slab plus one per later part."""
+        t = np.arange(len(self.pieces))
+        prefix = np.minimum(self.parts, (t * self.parts // self.run_parts + 1) * self.run_parts
+                            - t * self.parts)
+        return self._replace(pieces=1 + self.parts - prefix)
 
 
 def _sum_pieces(y: jax.Array, stream: Stream, tile_rows: int) -> jax.Array:
@@ -609,9 +644,12 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       afterwards: K ranges whose bounds follow (tiles, K-steps, programs) -- so M, through
       the x tile's blocks per step, too (default mode); programs must divide tiles x K-steps.
       With k_parts = P > 1, every CTA runs whole K parts of the (weight tile, K part)
-      sequence and stores each part to its own slab (as parts_sum="store"), summed in part
-      order: bitwise P K ranges at every launch (deterministic mode's decode, det_params);
-      programs must divide tiles x P.
+      sequence; parts_sum="store" stores each part to its own slab (deterministic mode's
+      decode, det_params), "cond" has each tile's first CTA add its parts of the tile in
+      registers (the left fold from part 0) and store that prefix once, the tile's later
+      parts (other CTAs) each to a slab of its own -- fewer slab bytes (prepared in session
+      11, not yet measured: benchmarks/sweep_fp8.py --parts det_fold); summed in part order
+      either way: bitwise P K ranges at every launch. programs must divide tiles x P.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -716,6 +754,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     tile_rows = compute_wgs * WG_ROWS
     stream = None if programs is None else Stream.of(
         n // tile_rows, k // BLOCK // blocks_per_step, programs, k_parts)
+    if stream is not None and stream.parts > 1 and parts_sum == "cond":
+        stream = stream.folded()
     slabs = (k_splits * (k_parts if parts_sum == "store" else 1) if stream is None
              else int(stream.pieces.max()))
     kernel_out = jnp.dtype(F32) if writes_partials(slabs) or narrow else out_dtype
@@ -736,7 +776,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
-    if stream is not None and stream.parts == 1:  # a tile's pieces, then (k_shards) the
-        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # devices', in K order
+    if stream is not None and (stream.parts == 1 or parts_sum == "cond"):  # a tile's
+        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # pieces, in K order
     yt = sum_device_splits(y, slabs, n, mp)  # ranges (parts) in K order
     return yt.T[:m].astype(out_dtype)

@@ -105,15 +105,18 @@ def test_interpreter_stream_k_matches_float64(rng, m, n, k, kind, programs, bloc
     _check(y, x, w, ws, out_dtype)
 
 
+@pytest.mark.parametrize("parts_sum", ["store", "cond"])
 @pytest.mark.parametrize("m,n,k,kind,parts,programs,blocks", [
     (3, 384, 1024, "block", 4, 6, 1),  # 12 parts over 6 CTAs: tiles over 2 CTAs each
     (16, 640, 1024, "channel", 2, 5, 2),  # two blocks a step
-    (5, 384, 1024, "tensor", 8, 4, 1),  # CTAs holding 2 tiles' scales
+    (5, 384, 1024, "tensor", 8, 4, 1),  # CTAs holding 2 tiles' scales; prefixes of 6, 4, 2
     (9, 384, 640, "block", 5, 3, 1)])  # K/128 = 5: scales as rows
 def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kind, parts,
-                                                               programs, blocks):
+                                                               programs, blocks, parts_sum):
     """Stream-K over whole K parts (deterministic decode, det_stream_params): every part to its
-    own slab whichever CTA runs it -- bitwise `parts` K ranges, within the float64 bound."""
+    own slab whichever CTA runs it ("store"), or a tile's first CTA folding its parts in
+    registers and the later ones stored ("cond") -- bitwise `parts` K ranges, within the
+    float64 bound."""
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
     st = Stream.of(n // 128, k // 128 // blocks, programs, parts)
     assert st.steps % (k // 128 // blocks // parts) == 0 and st.pieces.tolist() == [parts] * (
@@ -121,7 +124,7 @@ def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kin
     run = lambda **kw: np.asarray(fp8_block_a16_matmul_mgpu(
         x, w, ws, scale_kind=kind, out_dtype=jnp.float32, interpret=True,
         a_in_registers=False, block_m=16, blocks_per_step=blocks, **kw))
-    streamed = run(k_parts=parts, programs=programs)
+    streamed = run(k_parts=parts, programs=programs, parts_sum=parts_sum)
     np.testing.assert_array_equal(streamed, run(k_splits=parts))
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
@@ -218,12 +221,17 @@ def test_stream_layout_is_what_the_steps_give():
                                       for t in range(tiles)]
         assert st.held == max(len(set(np.flatnonzero(owners == c) // tile_steps))
                               for c in range(programs))
-    for tiles, tile_steps, programs, parts in ((3, 8, 6, 4), (56, 32, 112, 8), (5, 10, 25, 5)):
+    for tiles, tile_steps, programs, parts in ((3, 8, 6, 4), (56, 32, 112, 8), (5, 10, 25, 5),
+                                               (3, 8, 4, 8), (192, 56, 128, 8)):
         st = Stream.of(tiles, tile_steps, programs, parts)
         owners = np.arange(tiles * tile_steps) // st.steps
         # every CTA's run is whole parts: no part's steps span two CTAs
         per_part = owners.reshape(tiles * parts, tile_steps // parts)
         assert (per_part == per_part[:, :1]).all() and st.pieces.tolist() == [parts] * tiles
+        # folded: one slab for the parts of the tile's first CTA, one for each later part
+        part_owner = per_part[:, 0].reshape(tiles, parts)
+        assert st.folded().pieces.tolist() == [
+            1 + int(np.sum(row != row[0])) for row in part_owner]
         assert st.held == max(len(set(np.flatnonzero(owners == c) // tile_steps))
                               for c in range(programs))
 
@@ -329,13 +337,16 @@ def test_lowers_for_cuda_on_cpu_at_any_m(rng, m, kind):
 
 @pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
 @pytest.mark.parametrize("k,n,deterministic", [(4096, 28672, False), (8192, 57344, False),
-                                               (7168, 36864, False), (7168, 36864, True)])
+                                               (7168, 36864, False), (7168, 36864, True),
+                                               (7168, 36864, "fold")])
 def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n, deterministic):
     """Streamed CTAs holding 3-4 weight tiles' scales: each scale copy fits a TMA box (<= 256
     per dimension; channel scales as one (384,) row did not, on the H200 in session 10); in
     deterministic mode streamed whole K parts."""
-    p = launch_params(1, n, k, False, deterministic=deterministic)
-    assert "programs" in p and (p.get("k_parts", 1) == 8) == deterministic
+    p = launch_params(1, n, k, False, deterministic=bool(deterministic))
+    assert "programs" in p and (p.get("k_parts", 1) == 8) == bool(deterministic)
+    if deterministic == "fold":  # the tiles' first CTAs fold their parts (parts_sum="cond")
+        p["parts_sum"] = "cond"
     x = jnp.ones((1, k), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
     ws = jax.ShapeDtypeStruct({"block": (n // 128, k // 128), "channel": (n, 1),
@@ -515,7 +526,7 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
     # one x tile: the tiles' 8 K parts shared out whole over (here) 128 CTAs
     assert det_params(1, 4096, 4096, 132) == dict(block_m=16, k_splits=1, k_parts=8,
                                                   programs=128, blocks_per_step=2,
-                                                  compute_wgs=2)
+                                                  parts_sum="store", compute_wgs=2)
     assert det_params(16, 7168, 18432, 132)["programs"] == 112  # 56 tiles x 8 parts
     assert det_params(1, 24576, 7168, 132)["blocks_per_step"] == 1  # parts of 7 K-blocks
     assert det_stream_params(1, 256, 512, 132, 1) is None  # no parts to share
@@ -632,14 +643,15 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("parts_sum", ["store", "cond"])
 @pytest.mark.parametrize("kind", ["block", "channel", "tensor"])
 @pytest.mark.parametrize("m,n,k", [(1, 6144, 4096), (16, 24576, 7168), (64, 7168, 18432),
                                    (100, 3072, 4096), (3, 17920, 512)])
-def test_gpu_streamed_k_parts_are_the_k_ranges_bitwise(rng, kind, m, n, k):
+def test_gpu_streamed_k_parts_are_the_k_ranges_bitwise(rng, kind, m, n, k, parts_sum):
     """Deterministic decode's streamed launch (det_stream_params for this device's SMs) at real
-    sizes: bitwise det_k_parts(K) K ranges, within the float64 bound, every scale kind as
-    stored -- parts of 7 K-blocks (K=7168: one a step), CTAs over 2 tiles (K=7168, K=512), x
-    tiles of 8-128."""
+    sizes, its parts stored or folded by each tile's first CTA: bitwise det_k_parts(K) K
+    ranges, within the float64 bound, every scale kind as stored -- parts of 7 K-blocks
+    (K=7168: one a step), CTAs over 2 tiles (K=7168, K=512), x tiles of 8-128."""
     from pallas_kernels.fp8_heuristics import num_sms
     p = det_stream_params(m, n, k, num_sms(), det_k_parts(k, 128),
                           min_x_tile=DET_GPU_MIN_X_TILE)
@@ -647,7 +659,8 @@ def test_gpu_streamed_k_parts_are_the_k_ranges_bitwise(rng, kind, m, n, k):
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
     run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, scale_kind=kind, out_dtype=jnp.float32, block_m=p["block_m"], **kw))(x, w, ws))
-    streamed = run(**{key: v for key, v in p.items() if key != "block_m"})
+    streamed = run(**{key: v for key, v in p.items() if key not in ("block_m", "parts_sum")},
+                   parts_sum=parts_sum)
     np.testing.assert_array_equal(streamed, run(k_splits=p["k_parts"]))
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
