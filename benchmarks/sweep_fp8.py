@@ -188,34 +188,28 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     overrides on top of "auto"."""
     from jqlin.kernels.pallas_fp8 import _W_KIND
     from jqlin.kernels.xla import pad_k
-    from pallas_kernels.fp8_block_a16_mgpu import (blocks_per_step, det_params,
-                                                   fp8_block_a16_matmul_mgpu, launch_params,
-                                                   range_params, stream_params)
+    from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_MIN_X_TILE,
+                                                   det_params, fp8_block_a16_matmul_mgpu,
+                                                   launch_params, range_params, stream_params,
+                                                   with_step_blocks)
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
-
-    def ranges(m, n, k):  # session 9's decode launch: K ranges, two blocks a step if even
-        p = range_params(m, n, k, num_sms())
-        return {**p, "blocks_per_step": blocks_per_step(p["block_m"], k // 128 // p["k_splits"])}
 
     def fn(x, qw):
         (n, k), m = qw.storage_shape, x.shape[0]
         params = dict(a_in_registers=a_in_registers)
-        if small == "ranges":
-            params.update(ranges(m, n, k))
+        if small == "ranges":  # session 9's decode launch: K ranges
+            params.update(with_step_blocks(range_params(m, n, k, num_sms()), k))
         elif small == "stream":
             params.update(stream_params(m, n, k, num_sms()))
         elif small in ("det", "det_fold"):
             params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
             if small == "det_fold" and "programs" in params:
                 params["parts_sum"] = "cond"
-        elif small in ("det_ranges", "det_x16", "det_wide"):  # (launch_params' blocks rule)
-            p = det_params(m, n, k, num_sms(), streamed=small != "det_ranges",
-                           min_x_tile=8 if small == "det_wide" else 16)
-            per_part = k // 128 // p["k_splits"] // p["k_parts"]
-            if "programs" not in p:
-                p["blocks_per_step"] = blocks_per_step(p["block_m"], per_part)
-            params.update(p)
+        elif small in ("det_ranges", "det_x16", "det_wide"):
+            params.update(with_step_blocks(det_params(
+                m, n, k, num_sms(), streamed=small != "det_ranges",
+                min_x_tile=DET_GPU_MIN_X_TILE if small == "det_wide" else DET_MIN_X_TILE), k))
         elif small is not None:
             params = {**launch_params(m, n, k, interpret), **params,
                       **(small if isinstance(small, dict) else {})}

@@ -58,7 +58,8 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "range_params", "det_params",
            "det_stream_params",
-           "launch_params", "stream_params", "stream_programs", "blocks_per_step", "Stream",
+           "launch_params", "stream_params", "stream_programs", "blocks_per_step",
+           "with_step_blocks", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
@@ -339,6 +340,16 @@ def blocks_per_step(block_m: int, part_blocks: int) -> int:
     return 2 if block_m <= TWO_BLOCK_MAX_X_TILE and part_blocks % 2 == 0 else 1
 
 
+def with_step_blocks(small: dict, k: int) -> dict:
+    """Launch settings with blocks_per_step=2 added where blocks_per_step allows it for their
+    K parts (settings that carry their own, as streams do, are left as they are)."""
+    if "programs" in small or "blocks_per_step" in small:
+        return small
+    per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
+    blocks = blocks_per_step(small.get("block_m", BLOCK), per_part)
+    return {**small, "blocks_per_step": 2} if blocks == 2 else small
+
+
 def stream_programs(tiles: int, tile_steps: int, sms: int, min_steps: int) -> int:
     """The most CTAs, at most one per SM, that share tiles x tile_steps pipeline steps equally
     with at least min_steps each (else 1)."""
@@ -508,11 +519,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
             DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
-    if "programs" not in small:  # (stream_params sets a stream's: its step count needs it)
-        per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
-        if blocks_per_step(small.get("block_m", BLOCK), per_part) == 2:
-            small["blocks_per_step"] = 2
-    return dict(a_in_registers=not interpret, **small)
+    return dict(a_in_registers=not interpret, **with_step_blocks(small, k))
 
 
 def _tile_scales(scales: str, tile_rows: int, k: int, held: int = 1) -> tuple[int, int]:
@@ -776,7 +783,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
-    if stream is not None and (stream.parts == 1 or parts_sum == "cond"):  # a tile's
-        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # pieces, in K order
+    if stream is not None:  # a tile's pieces (or parts), then (k_shards) the devices', in K
+        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # order
     yt = sum_device_splits(y, slabs, n, mp)  # ranges (parts) in K order
     return yt.T[:m].astype(out_dtype)
