@@ -409,7 +409,8 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
                       min_x_tile: int = DET_MIN_X_TILE) -> dict | None:
     """Deterministic mode's stream-K launch for one x tile (M <= 128; else None): the weight
     tiles' `parts` K parts shared out whole, the most CTAs (at most one per SM) running equal
-    runs of at least eight K-blocks (or one part) each; each part stored to its own slab and
+    runs of at least eight K-blocks (or one part) each; each part stored to its own slab (or,
+    up to FOLD_MAX_X_TILE rows, a tile's first CTA folding its parts into one prefix slab) and
     the slabs added in part order -- bitwise `parts` K ranges, as the other launches of
     det_params give them, whatever the CTA count."""
     block_m = max(min_x_tile, _x_tile(m))
@@ -421,8 +422,17 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
     if programs == 1:
         return None
     return dict(block_m=block_m, k_splits=1, k_parts=parts, programs=programs,
-                blocks_per_step=blocks_per_step(block_m, part_blocks), parts_sum="store",
+                blocks_per_step=blocks_per_step(block_m, part_blocks),
+                parts_sum="cond" if block_m <= FOLD_MAX_X_TILE else "store",
                 compute_wgs=compute_wgs)
+
+
+# Streamed parts are folded by each tile's first CTA (parts_sum="cond", Stream.folded) up to
+# this x tile. H200, session 12 (benchmarks/sweep_fp8.py --parts det_fold, 11 shapes, same
+# run): fold / store 0.94-1.03 at M=1 and 16 (det/default geomean 1.073 -> 1.057 and 1.099 ->
+# 1.080, max 1.16 -> 1.12); at M=64 (64-row tiles) 0.94-1.41 -- the prefix's second live
+# accumulator and nested cond cost more there than the slabs it saves.
+FOLD_MAX_X_TILE = 16
 
 
 # Deterministic mode streams whole K parts (det_stream_params) where that costs less than

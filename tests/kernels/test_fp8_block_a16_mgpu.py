@@ -523,10 +523,13 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
             # ranges and in-CTA parts mix only as stored parts (each its own slab)
             assert (1 in (p["k_splits"], p["k_parts"]) or p["parts_sum"] == "store"), p
             assert p["block_m"] >= DET_MIN_X_TILE
-    # one x tile: the tiles' 8 K parts shared out whole over (here) 128 CTAs
+    # one x tile: the tiles' 8 K parts shared out whole over (here) 128 CTAs, folded by each
+    # tile's first CTA up to FOLD_MAX_X_TILE rows, each stored to its own slab beyond
     assert det_params(1, 4096, 4096, 132) == dict(block_m=16, k_splits=1, k_parts=8,
                                                   programs=128, blocks_per_step=2,
-                                                  parts_sum="store", compute_wgs=2)
+                                                  parts_sum="cond", compute_wgs=2)
+    assert det_stream_params(64, 8192, 8192, 132, 8)["parts_sum"] == "store"
+    assert det_stream_params(16, 8192, 8192, 132, 8)["parts_sum"] == "cond"
     assert det_params(16, 7168, 18432, 132)["programs"] == 112  # 56 tiles x 8 parts
     assert det_params(1, 24576, 7168, 132)["blocks_per_step"] == 1  # parts of 7 K-blocks
     assert det_stream_params(1, 256, 512, 132, 1) is None  # no parts to share
