@@ -11,7 +11,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts grid --shapes all \
         --m 1,16,64,256,1024,4096,16384       # the issue's grid: auto kernels and baselines
     parts: decode (M=1,16 variants), large (M=4096), mid (M=64/256 tiles), det (det-mode K
-    schedules at M=1..4096), grid.
+    schedules at M=1..4096), mgpu (NVFP4's Mosaic kernel vs its Triton one, M=1..256), mgpu4
+    (the Mosaic kernel with 4 K-blocks a step), grid.
 """
 
 from __future__ import annotations
@@ -158,6 +159,51 @@ def det_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def mgpu_ops(k: int, n: int) -> list[bench.Op]:
+    """NVFP4 on the Mosaic GPU kernel (session 12: nvfp4_a16_mgpu, e2m1 decoded in registers)
+    beside the Triton kernel it replaces at decode and bf16, W4A16 and W4A4. Prediction: the
+    fp8 Mosaic kernel's step cost with half the bytes -- 1.6-2.0x bf16 at M <= 16 (the
+    session-7 int4 stream probe: 1.55x, up to 2.2x with two K-blocks a step), against the
+    Triton kernel's 1.2-1.5x."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "nvfp4"):
+        ops += [_auto(fmt), _variant(fmt, "triton", path="pallas"),
+                _variant(fmt, "mgpu", path="mgpu")]
+    return ops
+
+
+def mgpu_blocks_ops(k: int, n: int) -> list[bench.Op]:
+    """The Mosaic NVFP4 kernel with 4 K-blocks a step beside the dispatcher's (<= 2) at M <= 64.
+    Why: session 12's first grid ran it at 0.3-0.65 of the copy bandwidth at M=1 -- the step
+    cost, not the bytes (half of fp8's per step); prediction +10-25% on the large shapes."""
+    del k, n
+    return [bench.bf16_op(), _auto("nvfp4_a16"), _mgpu_blocks_op(4)]
+
+
+def _mgpu_blocks_op(blocks: int) -> bench.Op:
+    """nvfp4_a16 on the Mosaic kernel with `blocks` K-blocks a pipeline step (the dispatcher:
+    at most 2), its launch otherwise the dispatcher's: a stream re-shared for the longer steps
+    (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
+    from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
+    from pallas_kernels.fp8_block_a16_mgpu import stream_programs
+    from pallas_kernels.nvfp4_a16_mgpu import launch_params, nvfp4_a16_matmul_mgpu
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        (m, _), (n, k) = x.shape, qw.storage_shape
+        p = {key: v for key, v in launch_params(m, n, k, interpret).items()
+             if key != "a_in_registers"}
+        if "programs" in p:
+            p["programs"] = stream_programs(n // 128, k // 128 // blocks, num_sms(),
+                                            max(1, 8 // blocks))
+        p["blocks_per_step"] = blocks
+        col, post = nvfp4_post_scale(qw, qw.spec)
+        return qw.trim_rows(nvfp4_a16_matmul_mgpu(x, qw.data, qw.scale, col, post=post,
+                                                  interpret=interpret, **p))
+    return bench.Op(f"var[mgpu-{blocks}blocks]", "nvfp4_a16", "default", fn, max_m=64)
+
+
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
 
 
@@ -195,6 +241,10 @@ def main(argv=None) -> int:
             plan.append((DECODE_SHAPES, (1, 16), decode_ops))
         elif part == "large":
             plan.append((LARGE_SHAPES, (4096,), large_ops))
+        elif part == "mgpu":
+            plan.append((DECODE_SHAPES, (1, 16, 64, 256), mgpu_ops))
+        elif part == "mgpu4":
+            plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_blocks_ops))
         elif part == "mid":
             plan.append((MID_SHAPES, (64, 256), mid_ops))
         elif part == "det":

@@ -23,7 +23,8 @@ from .mx_dense import DENSE_MIN_M
 from .mx_heuristics import dequant_heuristic, fit_smem, with_det_block_m
 
 __all__ = ["nvfp4_matmul", "mxfp4_matmul", "dequant_matmul", "resolve_dequant_config",
-           "fp4_layout_for", "path_for", "NVFP4_KERNEL", "MXFP4_KERNEL"]
+           "fp4_layout_for", "path_for", "nvfp4_path", "NVFP4_KERNEL", "MXFP4_KERNEL",
+           "NVFP4_MGPU_MAX_M"]
 
 NVFP4_KERNEL = "nvfp4_dequant"
 MXFP4_KERNEL = "mxfp4_dequant"
@@ -55,6 +56,33 @@ def path_for(m: int, deterministic: bool, config: MatmulConfig | None, path: str
     if path is not None:
         return path
     return "dense" if not deterministic and config is None and m >= DENSE_MIN_M else "pallas"
+
+
+# Default mode runs NVFP4 with one bf16 activation up to this M on the Mosaic GPU kernel
+# (nvfp4_a16_mgpu) where wgmma exists. H200, session 12 (bench_fp4_mx.py --parts mgpu, 11
+# shapes, same run), over the Triton kernel: W4A16 M=1 1.30x -> 1.76x bf16 (geomean), M=16
+# 1.23x -> 1.67x, M=64 0.80x -> 1.14x, M=256 0.56x -> 0.70x (equal on 4096x6144); W4A4 M=1
+# 1.14x -> 1.38x, M=256 0.49x -> 0.56x. Not measured from 257 to DENSE_MIN_M: Triton there.
+NVFP4_MGPU_MAX_M = 256
+
+
+def nvfp4_path(m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bool,
+               config: MatmulConfig | None, path: str | None, interpret: bool) -> str:
+    """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, nvfp4_a16_mgpu): explicitly, or in
+    default mode up to NVFP4_MGPU_MAX_M rows on sm_90 for one bf16 activation part and N, K the
+    kernel takes. Deterministic mode keeps the Triton kernel at every M (its bits are not the
+    Mosaic kernel's, and a K order must hold at every M)."""
+    from .fp8_paths import mosaic_wgmma_ok
+    from .nvfp4_a16_mgpu import supports
+    why = supports(m, n, k, x_dtype) if parts == 1 else "it takes one bf16 activation part"
+    if path == "mgpu":
+        if why:
+            raise ValueError(f"path='mgpu' cannot run this NVFP4 matmul: {why}")
+        return path
+    if (path is None and config is None and not deterministic and not interpret
+            and why is None and m <= NVFP4_MGPU_MAX_M and mosaic_wgmma_ok(False)):
+        return "mgpu"
+    return path_for(m, deterministic, config, path)
 
 
 def fp4_layout_for(cfg: MatmulConfig, layout: str | None) -> str:
@@ -94,6 +122,12 @@ def nvfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
     """
     if post not in ("div", "mul"):
         raise ValueError(f"NVFP4 needs post 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
+    m, k = x_parts[0].shape
+    if nvfp4_path(m, w.shape[0], k, len(x_parts), x_parts[0].dtype, deterministic=deterministic,
+                  config=config, path=path, interpret=interpret) == "mgpu":
+        from .nvfp4_a16_mgpu import nvfp4_a16_matmul_mgpu
+        return nvfp4_a16_matmul_mgpu(x_parts[0], w, w_scale, col_scale, post=post,
+                                     out_dtype=out_dtype, interpret=interpret)
     return dequant_matmul(NVFP4_KERNEL, x_parts, w, w_scale, col_scale, elem="e2m1",
                           scale="e4m3", group=16, post=post, out_dtype=out_dtype,
                           deterministic=deterministic, config=config, path=path,

@@ -51,6 +51,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
+from .mgpu_e2m1 import decode as decode_e2m1, decode_jnp as decode_e2m1_jnp
 from .mgpu_relabel import permute_k, relabel
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
                           store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
@@ -73,6 +74,11 @@ SPLIT_MAX_M = 256
 # N=8 as wider (test_gpu_x_tile_width_does_not_change_a_row), and 8 rows halve M=1's slabs.
 DET_MIN_X_TILE, DET_GPU_MIN_X_TILE = 16, 8
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
+# NVFP4 group scales per pipeline step (scales="groups"): each K-block's 8 e4m3, for at
+# least two K-blocks -- the 16 bytes a TMA box row needs; with one K-block a step, each step
+# gets its pair
+def group_tile(blocks: int) -> int:
+    return 8 * max(2, blocks)
 # how a warpgroup reads its weight tile (see a_load)
 A_LOADS = ("wgmma", "relabel_4x")
 PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
@@ -97,6 +103,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
         # (carry,) with this tile's scales in ws_tile, loaded once (_scope; "tensor": the value)
         ws = ((refs[0], None, 0) if scales == "rows" else
+              (refs[0], (first + idx[0]) * blocks, 0) if scales == "groups" else
               (ws_tile, (first + idx[0]) * blocks, 0))
         carry = refs[-1]
         if k_parts == 1:
@@ -139,12 +146,22 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 # int4 weights of benchmarks/probe_w4_mgpu.py convert directly). Not the
                 # limiter: one PTX cvt per pair plus integer ops instead ran 0-13% slower
                 # (session 8, NOTES.md)
-                if a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
+                if scales == "groups":  # NVFP4 codes and their K-block's 8 group scales
+                    # (a scale tile holds at least two K-blocks': group_tile)
+                    off = 8 * j if blocks > 1 else k_block % 2 * 8
+                    if a_in_registers:
+                        w = decode_e2m1(plgpu.load(w_smem.at[rows, cols],
+                                                   layout=plgpu.Layout.WGMMA),
+                                        ws_smem.at[rows, pl.ds(off, 8)])
+                    else:  # the interpreter: the same values by jnp
+                        w = decode_e2m1_jnp(w_smem[rows, cols], ws_smem[rows, pl.ds(off, 8)])
+                elif a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
                     w = w_smem[rows, cols]
                 else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)
                     w = relabel(plgpu.load(w_smem.at[rows, cols],
                                            layout=plgpu.Layout.WGMMA_UPCAST_4X))
-                w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
+                if scales != "groups":
+                    w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
                 if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
                     a_smem[wg * blocks + j] = w
                     plgpu.commit_smem()
@@ -153,7 +170,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             t = total
             for j, acc in enumerate(accs):  # in K order: block j while later ones still run
                 part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
-                t = t + part * scale(j, part.shape)
+                # (group scales are in the weights already)
+                t = t + (part if scales == "groups" else part * scale(j, part.shape))
             return t
 
         return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, block_m), F32)] * blocks)
@@ -166,7 +184,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             plgpu.BlockSpec((tile_rows, step_k), where, transforms=swizzled(w_gmem.dtype)),
             plgpu.BlockSpec((block_m, step_k), lambda i: (0, where(i)[1]), transforms=x_tiles),
         ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: where(i)[::-1])]
-             if scales == "rows" else []))
+             if scales == "rows" else
+             [plgpu.BlockSpec((tile_rows, group_tile(blocks)),
+                              lambda i: (where(i)[0], where(i)[1] * blocks * 8
+                                         // group_tile(blocks)))]
+             if scales == "groups" else []))
 
     def held_scales(lo, held, ws_tile, ws_bar):
         """The scales of weight tiles lo .. lo + held - 1 as one_block reads them, loaded once
@@ -201,7 +223,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
         lo = jnp.minimum(first // tile_steps, n // tile_rows - stream.held)  # first tile held
         ws_tile = held_scales(lo, stream.held, ws_tile, ws_bar)
-        ws_refs = (ws_gmem,) if scales == "rows" else ()
+        ws_refs = (ws_gmem,) if scales in ("rows", "groups") else ()
 
         part_steps = tile_steps // stream.parts
         fold = stream.parts > 1 and parts_sum == "cond"
@@ -209,6 +231,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         def step(idx, w_smem, x_smem, *refs):
             tile, k_step = where(idx[0])
             ws = ((refs[0], None, 0) if scales == "rows" else
+                  (refs[0], k_step * blocks, 0) if scales == "groups" else
                   (ws_tile, k_step * blocks, tile - lo))
             carry = refs[-1]
             run = one_block(w_smem, x_smem, ws, carry[0] if fold else carry, a_smem)
@@ -263,7 +286,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k,
                                                        stream.held if stream else 1), F32),
                        ws_bar=plgpu.Barrier(num_arrivals=1))
-    pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales == "rows" else ())
+    pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales in ("rows", "groups") else ())
 
     @functools.partial(
         pl.run_scoped,
@@ -283,7 +306,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         n_slice = pl.ds(n_idx * tile_rows, tile_rows)
         m_slice = pl.ds(m_idx * block_m, block_m)
         ws_tile = held_scales(n_idx, 1, ws_tile, ws_bar)
-        ws_refs = (ws_gmem.at[:, n_slice],) if scales == "rows" else ()
+        ws_refs = ((ws_gmem.at[:, n_slice],) if scales == "rows" else
+                   (ws_gmem.at[n_slice],) if scales == "groups" else ())
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
 
         def store_part(total, part):  # this warpgroup's rows of the tile to slab `part`
@@ -587,11 +611,13 @@ def _sum_pieces(y: jax.Array, stream: Stream, tile_rows: int) -> jax.Array:
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
             a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
-            k: int = 0, held: int = 1) -> int:
-    # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once
+            k: int = 0, held: int = 1, w_bits: int = 8) -> int:
+    # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once;
+    # "groups": a scale tile of two K-blocks' group scales per step
     tile_rows = wgs * WG_ROWS
-    per_step = blocks * (tile_rows * BLOCK + block_m * BLOCK * x_bytes
+    per_step = blocks * (tile_rows * BLOCK * w_bits // 8 + block_m * BLOCK * x_bytes
                          + (tile_rows * 4 if scales == "rows" else 0))
+    per_step += tile_rows * group_tile(blocks) if scales == "groups" else 0
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
     fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k, held)))
@@ -753,10 +779,12 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             block_m, k_splits, k_parts, a_in_registers, interpret,
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
             parts_sum: str = "cond", scales: str = "rows",
-            programs: int | None = None) -> jax.Array:
+            programs: int | None = None, finish=None) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
-    ("rows": (K/128, N), weight_scale_rows); w e4m3, or int4 for benchmarks/probe_w4_mgpu.py's
-    4-bit weight stream."""
+    ("rows": (K/128, N), weight_scale_rows; "groups": NVFP4's e4m3 group scales as stored,
+    (N, K/16) viewed uint8); w e4m3, or int4 (NVFP4 codes with scales="groups", or
+    benchmarks/probe_w4_mgpu.py's 4-bit weight stream). finish: applied to the float32 sums
+    (N, M) before the transpose and the rounding to out_dtype (the kernel then writes float32)."""
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
@@ -775,9 +803,11 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         stream = stream.folded()
     slabs = (k_splits * (k_parts if parts_sum == "store" else 1) if stream is None
              else int(stream.pieces.max()))
-    kernel_out = jnp.dtype(F32) if writes_partials(slabs) or narrow else out_dtype
+    kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
+                  else out_dtype)
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
-                     blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1)
+                     blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
+                     dtypes.itemsize_bits(w.dtype))
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -796,4 +826,6 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     if stream is not None:  # a tile's pieces (or parts), then (k_shards) the devices', in K
         y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # order
     yt = sum_device_splits(y, slabs, n, mp)  # ranges (parts) in K order
+    if finish is not None:
+        yt = finish(yt)
     return yt.T[:m].astype(out_dtype)

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 
 from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for, mxfp4_matmul,
-                                       nvfp4_matmul, path_for, resolve_dequant_config)
+                                       nvfp4_matmul, nvfp4_path, path_for,
+                                       resolve_dequant_config)
 from pallas_kernels.mx_core import split_activation
 from pallas_kernels.mx_dense import DENSE_MIN_M
 from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
@@ -144,12 +145,18 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     del kernel
     n, k = qw.storage_shape
     wk = spec.weight
+    parts = 1 if spec.activation is not None or jnp.dtype(x_dtype) == jnp.dtype(BF16) else (
+        2 if jnp.dtype(x_dtype) == jnp.dtype(jnp.float16) else 3)
+    if wk.scale_dtype == "float8_e4m3fn" and nvfp4_path(
+            m, n, k, parts, BF16 if parts == 1 else x_dtype, deterministic=deterministic,
+            config=None, path=None, interpret=False) == "mgpu":
+        from pallas_kernels.nvfp4_a16_mgpu import nvfp4_launch_params
+        return {"path": "mgpu (Mosaic GPU, e2m1 decoded in registers)",
+                **nvfp4_launch_params(m, n, k, False, deterministic=deterministic)}
     if path_for(m, deterministic, None, None) == "dense":
         return {"path": "dense (exact bf16 dequantization + XLA dot)"}
     name = (NVFP4_KERNEL if wk.scale_dtype == "float8_e4m3fn" else
             MXFP4_KERNEL if wk.is_fp4 else MXFP8_KERNEL)
-    parts = 1 if spec.activation is not None or jnp.dtype(x_dtype) == jnp.dtype(BF16) else (
-        2 if jnp.dtype(x_dtype) == jnp.dtype(jnp.float16) else 3)
     cfg = resolve_dequant_config(name, m=m, n=n, k=k, elem_bits=4 if wk.is_fp4 else 8,
                                  group=wk.group_size, deterministic=deterministic, config=None,
                                  extra=f"{parts}")

@@ -1,0 +1,247 @@
+"""The Mosaic GPU NVFP4 W4A16 kernel (pallas_kernels.nvfp4_a16_mgpu): its e2m1 decode's
+arithmetic (exhaustively, in numpy), the kernel in Mosaic GPU's interpreter against a float64
+reference, its lowering for CUDA on CPU (the inline PTX decode is built there), and on the GPU
+at real sizes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pallas_kernels.fp8_block_a16_mgpu import launch_params
+from pallas_kernels.mgpu_e2m1 import (E2M1_VALUES, POST_FACTOR, decode_jnp, nibble_patterns,
+                                      register_map, scale_pattern_values)
+from pallas_kernels.nvfp4_a16_mgpu import nvfp4_a16_matmul_mgpu
+
+E4M3 = ml_dtypes.float8_e4m3fn
+FINITE_E4M3 = np.array([b for b in range(256) if b & 0x7F != 0x7F], np.uint8)  # not NaN
+
+
+def _bf16_pair(word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo = (word & 0xFFFF).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    hi = (word >> 16).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    return lo, hi
+
+
+def test_nibble_patterns_are_e2m1_times_2_pow_minus_126_for_every_byte():
+    b = np.arange(256, dtype=np.uint32)
+    lo, hi = _bf16_pair(nibble_patterns(b))
+    np.testing.assert_array_equal(lo, E2M1_VALUES[b & 15].astype(np.float64) * 2.0 ** -126)
+    np.testing.assert_array_equal(hi, E2M1_VALUES[b >> 4].astype(np.float64) * 2.0 ** -126)
+    assert np.array_equal(np.signbit(lo), (b & 8) > 0)  # -0 keeps its sign
+
+
+def test_decoded_weight_is_exact_for_every_code_and_scale():
+    """The pattern times bf16(s * 2**118), rounded to bf16 (mul.rn.bf16x2), is e2m1 * s * 2**-8
+    exactly, for all 16 codes and all finite e4m3 scales (subnormals included)."""
+    s2 = scale_pattern_values(FINITE_E4M3).astype(np.float64)
+    s = FINITE_E4M3.view(E4M3).astype(np.float64)
+    np.testing.assert_array_equal(s2, s * 2.0 ** 118)  # the scale step is exact
+    pat = _bf16_pair(nibble_patterns(np.arange(16, dtype=np.uint32)))[0]
+    prod = (pat[:, None] * s2[None, :]).astype(np.float32).astype(ml_dtypes.bfloat16)
+    want = E2M1_VALUES.astype(np.float64)[:, None] * s[None, :] * 2.0 ** -8
+    np.testing.assert_array_equal(prod.astype(np.float64), want)
+
+
+def test_register_map_is_rows_base_and_base_plus_8_by_groups_of_16():
+    offset, group = register_map()
+    assert len(offset) == 32 and set(offset) == {0, 8}
+    assert list(group) == [i // 4 for i in range(32)]  # 4 registers (2 rows x 2 pairs) a group
+
+
+def test_decode_jnp_is_the_float64_dequantization(rng):
+    codes = rng.integers(0, 16, (64, 128)).astype(np.int8)
+    scales = rng.choice(FINITE_E4M3, (64, 8))
+    got = decode_jnp(jnp.asarray(np.where(codes > 7, codes - 16, codes)).astype(jnp.int4),
+                     jnp.asarray(scales))
+    want = (E2M1_VALUES[codes].astype(np.float64)
+            * np.repeat(scales.view(E4M3).astype(np.float64), 16, axis=1) / POST_FACTOR)
+    np.testing.assert_array_equal(np.asarray(got, np.float64), want)
+
+
+def _operands(rng, m, n, k):
+    packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    # scales of realistic size (weights ~ 0.01-1): e4m3 of 2**-9 .. 2**2
+    scale = (2.0 ** rng.uniform(-9, 2, (n, k // 16))).astype(E4M3)
+    x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    col = rng.uniform(0.5, 4.0, n).astype(np.float32)
+    return x, packed, scale, col
+
+
+def _reference(x, packed, scale, col, post, dtype=np.float64):
+    """dtype float32 for real sizes (the products are exact in it; the sums' rounding is far
+    below the bf16 output's)."""
+    codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+    w = E2M1_VALUES[codes].astype(dtype) * np.repeat(scale.astype(dtype), 16, axis=1)
+    y = (x.astype(dtype) @ w.T).astype(np.float64)
+    return y / col if post == "div" else y * col
+
+
+def _check(got, want):
+    got = np.asarray(got, np.float64)
+    assert np.all(np.isfinite(got))
+    # bf16 output: one rounding of a float32 sum of exact products
+    np.testing.assert_allclose(got, want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("m,post,launch", [
+    (1, "div", {}),  # launch_params' decode launch (stream-K over 2 tiles)
+    (3, "mul", dict(block_m=16, k_splits=2)),  # K ranges
+    (5, "div", dict(block_m=16, blocks_per_step=1)),  # a scale tile serves two steps
+    (2, "mul", dict(block_m=16, k_parts=2, parts_sum="store")),
+    (20, "div", dict(block_m=32, k_parts=2)),  # in-CTA parts, a partial x tile
+    (4, "mul", dict(block_m=8, blocks_per_step=4, programs=4)),  # 4 K-blocks a step, streamed
+])
+def test_interpreter_matches_the_float64_reference(rng, m, post, launch):
+    n, k = 256, 1024 if launch.get("blocks_per_step") == 4 else 512
+    x, packed, scale, col = _operands(rng, m, n, k)
+    got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                                jnp.asarray(col), post=post, interpret=True,
+                                **{"block_m": 16, **launch} if launch else {})
+    assert got.shape == (m, n) and got.dtype == jnp.bfloat16
+    _check(got, _reference(x, packed, scale, col, post))
+
+
+def test_interpreter_deterministic_rows_do_not_depend_on_m(rng):
+    n, k = 256, 512
+    x, packed, scale, col = _operands(rng, 7, n, k)
+    args = (jnp.asarray(packed), jnp.asarray(scale), jnp.asarray(col))
+    full = nvfp4_a16_matmul_mgpu(jnp.asarray(x), *args, post="div", deterministic=True,
+                                 interpret=True)
+    one = nvfp4_a16_matmul_mgpu(jnp.asarray(x[3:4]), *args, post="div", deterministic=True,
+                                interpret=True)
+    np.testing.assert_array_equal(np.asarray(full[3:4]), np.asarray(one))
+
+
+def test_bad_operands_name_what_is_wrong(rng):
+    x, packed, scale, col = (jnp.asarray(a) for a in _operands(rng, 1, 256, 512))
+    with pytest.raises(ValueError, match="post must be"):
+        nvfp4_a16_matmul_mgpu(x, packed, scale, col, post="add", interpret=True)
+    with pytest.raises(ValueError, match="K % 256"):
+        nvfp4_a16_matmul_mgpu(x[:, :384], packed[:, :192], scale[:, :24], col, post="div",
+                              interpret=True)
+    with pytest.raises(ValueError, match="one bf16 activation"):
+        nvfp4_a16_matmul_mgpu(x.astype(jnp.float32), packed, scale, col, post="div",
+                              interpret=True)
+    with pytest.raises(ValueError, match="w_scale must be float8_e4m3fn"):
+        nvfp4_a16_matmul_mgpu(x, packed, scale.astype(jnp.float32), col, post="div",
+                              interpret=True)
+    with pytest.raises(ValueError, match="blocks_per_step must be 1, 2 or 4"):
+        nvfp4_a16_matmul_mgpu(x, packed, scale, col, post="div", interpret=True,
+                              blocks_per_step=4, k_splits=2)
+    with pytest.raises(ValueError, match="programs must divide"):
+        nvfp4_a16_matmul_mgpu(x, packed, scale, col, post="div", interpret=True, programs=3)
+    with pytest.raises(ValueError, match="w must be uint8"):
+        nvfp4_a16_matmul_mgpu(x, packed[:, :128], scale, col, post="div", interpret=True)
+
+
+@pytest.mark.parametrize("m,n,k,deterministic", [(1, 4096, 4096, False), (16, 14336, 4096, False),
+                                                 (64, 8192, 8192, False),
+                                                 (1, 24576, 7168, False),
+                                                 (1, 24576, 7168, True)])
+def test_lowers_for_cuda_on_cpu(m, n, k, deterministic):
+    """The GPU route (the inline PTX decode in registers) builds for CUDA on CPU, for the
+    dispatcher's decode launches (stream-K, ranges, deterministic parts)."""
+    x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k // 2), jnp.uint8)
+    s = jax.ShapeDtypeStruct((n, k // 16), jnp.float8_e4m3fn)
+    c = jax.ShapeDtypeStruct((n,), jnp.float32)
+    f = jax.jit(lambda *a: nvfp4_a16_matmul_mgpu(*a, post="div", deterministic=deterministic))
+    assert "mosaic_gpu" in f.trace(x, w, s, c).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 7, 16, 64, 255])
+@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (4096, 14336), (2048, 7168)])
+def test_gpu_matches_the_reference(rng, m, n, k):
+    """Llama-3-8B's o_proj, qkv and down_proj, and K=7168 (K parts of odd block counts); the
+    dispatcher's launch for each M, both global-scale conventions."""
+    x, packed, scale, col = _operands(rng, m, n, k)
+    for post in ("div", "mul"):
+        got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                                    jnp.asarray(col), post=post)
+        _check(got, _reference(x, packed, scale, col, post, np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launch", [dict(block_m=16, k_splits=4), dict(block_m=8, programs=64),
+                                    dict(block_m=16, k_parts=4, programs=32, parts_sum="store"),
+                                    dict(block_m=64, k_parts=2),
+                                    dict(block_m=8, blocks_per_step=1),
+                                    dict(block_m=16, blocks_per_step=4, programs=128)])
+def test_gpu_launches_match_the_reference(rng, launch):
+    m, n, k = 5, 4096, 4096
+    x, packed, scale, col = _operands(rng, m, n, k)
+    got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                                jnp.asarray(col), post="div", **launch)
+    _check(got, _reference(x, packed, scale, col, "div", np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_gpu_decode_is_exact(rng, blocks):
+    """One-hot activation rows pick single weights: y[i, n] = e2m1 * s (exact in float32) times
+    the global, one float32 rounding -- bitwise what numpy gives, for every code of the tile."""
+    n, k, m = 256, 512, 64
+    _, packed, scale, col = _operands(rng, m, n, k)
+    hot = rng.permutation(k)[:m]
+    x = np.zeros((m, k), ml_dtypes.bfloat16)
+    x[np.arange(m), hot] = 1
+    got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                                jnp.asarray(col), post="mul", out_dtype=jnp.float32,
+                                block_m=64, blocks_per_step=blocks)
+    codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, k)
+    w = (E2M1_VALUES[codes].astype(np.float64)
+         * np.repeat(scale.astype(np.float64), 16, axis=1)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(got), (w[:, hot] * col[:, None]).T)
+
+
+def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
+    from pallas_kernels.nvfp4_a16_mgpu import nvfp4_launch_params
+    for n, k in ((8192, 8192), (57344, 8192), (24576, 7168)):
+        p = nvfp4_launch_params(1, n, k, False)
+        assert p["blocks_per_step"] == 4, p
+        assert (k // 128 // p.get("k_splits", 1)) % 4 == 0
+        if "programs" in p:  # re-shared: whole 4-block steps, >= 8 K-blocks a CTA
+            assert (n // 128 * k // 512) % p["programs"] == 0
+            assert n // 128 * k // 512 // p["programs"] >= 2
+    assert nvfp4_launch_params(1, 4096, 4096, False).get("blocks_per_step", 1) != 4
+    assert nvfp4_launch_params(64, 28672, 8192, False).get("blocks_per_step", 1) != 4
+    det = nvfp4_launch_params(1, 28672, 8192, False, deterministic=True)
+    assert det == launch_params(1, 28672, 8192, False, deterministic=True)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4_a16", "nvfp4"])
+@pytest.mark.parametrize("m", [1, 6])
+def test_dispatcher_path_mgpu_matches_the_xla_reference(rng, fmt, m):
+    """W4A16 and W4A4 (the reference's quantized activation, exact in bf16) through
+    pallas_nvfp4 with path='mgpu' in the interpreter, against the XLA reference kernel."""
+    from jqlin import dispatch, formats, qweight
+    from jqlin.kernels.pallas_fp4 import apply
+    spec = formats.get(fmt)
+    w = rng.standard_normal((256, 512)) * np.exp(0.5 * rng.standard_normal((256, 1)))
+    x = jnp.asarray(rng.standard_normal((m, 512)), jnp.bfloat16)
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), spec,
+                          calibration=x if spec.activation is not None else None)
+    got = apply(x, qw, spec, interpret=True, path="mgpu")
+    ref = dispatch.matmul(x, qw, kernel="xla")
+    assert got.shape == ref.shape and got.dtype == jnp.bfloat16
+    g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    assert np.all(np.isfinite(g))
+    assert np.linalg.norm(g - r) / np.linalg.norm(r) < 2 ** -8
+
+
+def test_dispatcher_path_choice_and_refusal():
+    from pallas_kernels.fp4_matmul import nvfp4_path
+    kw = dict(deterministic=False, config=None, path=None)
+    assert nvfp4_path(1, 4096, 4096, 1, jnp.bfloat16, interpret=False, **kw) == "pallas"  # no GPU
+    assert nvfp4_path(1, 4096, 4096, 1, jnp.bfloat16, interpret=True, **kw) == "pallas"
+    with pytest.raises(ValueError, match="path='mgpu' cannot run.*one bf16 activation part"):
+        nvfp4_path(1, 4096, 4096, 3, jnp.bfloat16, interpret=True, deterministic=False,
+                   config=None, path="mgpu")
+    with pytest.raises(ValueError, match="K % 256"):
+        nvfp4_path(1, 4096, 4224, 1, jnp.bfloat16, interpret=True, deterministic=False,
+                   config=None, path="mgpu")
