@@ -207,10 +207,10 @@ def _mgpu_blocks_op(blocks: int) -> bench.Op:
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
 
 
-def grid_ops() -> list[bench.Op]:
+def grid_ops(formats=FORMATS) -> list[bench.Op]:
     """bf16, scaled_dot_general mxfp8 (M >= 1024), each format's auto kernel in both modes and
     its XLA reference path (M <= 16)."""
-    ops = bench.build_ops(FORMATS, None, xla_ref_max_m=16)
+    ops = bench.build_ops(formats, None, xla_ref_max_m=16)
     ops.insert(1, _sdg_op(min_m=1024))
     return ops
 
@@ -223,6 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--shapes", default="all", help="grid part: model names, 'all' or KxN list")
     p.add_argument("--m", default=",".join(map(str, bench.M_VALUES)), help="grid part: M values")
+    p.add_argument("--formats", default=",".join(FORMATS), help="grid part: formats")
     p.add_argument("--tiny", action="store_true", help="CPU smoke test of the script")
     args = p.parse_args(argv)
     out = pathlib.Path(args.out)
@@ -251,7 +252,8 @@ def main(argv=None) -> int:
             plan.append((MID_SHAPES, (1, 16, 256, 4096), det_ops))
         elif part == "grid":
             plan.append((bench.parse_shapes(args.shapes),
-                         tuple(int(v) for v in args.m.split(",")), lambda k, n: grid_ops()))
+                         tuple(int(v) for v in args.m.split(",")),
+                         lambda k, n: grid_ops(tuple(args.formats.split(",")))))
     for shapes, ms, make_ops in plan:
         if args.tiny:
             shapes, ms = [("tiny", 256, 128)], tuple(min(m, 32) for m in ms)

@@ -54,7 +54,7 @@ lane() {  # lane <gpus> <steps...>
         echo "grid rc=${PIPESTATUS[0]}"; cp /tmp/grid$gpu/bench.jsonl "$OUT/grid_gpu${gpu}_$n.jsonl";;
       fp4)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
-          --parts grid --reps 3 --shapes "$shapes" --m "$ms" --out "/tmp/fp4_$gpu" 2>&1 \
+          --parts grid --reps 3 --shapes "$shapes" --m "$ms" ${FP4_EXTRA:-} --out "/tmp/fp4_$gpu" 2>&1 \
           | grep -E "device:|cases:|Error|rror:" | head -40
         echo "fp4 rc=${PIPESTATUS[0]}"; cp /tmp/fp4_$gpu/*.jsonl "$OUT/fp4_gpu${gpu}_$n.jsonl";;
       sweep)

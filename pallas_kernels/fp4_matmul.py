@@ -68,10 +68,11 @@ NVFP4_MGPU_MAX_M = 256
 
 def nvfp4_path(m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bool,
                config: MatmulConfig | None, path: str | None, interpret: bool) -> str:
-    """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, nvfp4_a16_mgpu): explicitly, or in
-    default mode up to NVFP4_MGPU_MAX_M rows on sm_90 for one bf16 activation part and N, K the
-    kernel takes. Deterministic mode keeps the Triton kernel at every M (its bits are not the
-    Mosaic kernel's, and a K order must hold at every M)."""
+    """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, nvfp4_a16_mgpu): explicitly, or on
+    sm_90 for one bf16 activation part and N, K the kernel takes -- in default mode up to
+    NVFP4_MGPU_MAX_M rows, in deterministic mode at every M (det_params' K order, a function
+    of K alone; never the Triton kernel for some M and this one for others: their bits
+    differ). The interpreter (CI) keeps the Triton kernel unless asked."""
     from .fp8_paths import mosaic_wgmma_ok
     from .nvfp4_a16_mgpu import supports
     why = supports(m, n, k, x_dtype) if parts == 1 else "it takes one bf16 activation part"
@@ -79,8 +80,8 @@ def nvfp4_path(m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bo
         if why:
             raise ValueError(f"path='mgpu' cannot run this NVFP4 matmul: {why}")
         return path
-    if (path is None and config is None and not deterministic and not interpret
-            and why is None and m <= NVFP4_MGPU_MAX_M and mosaic_wgmma_ok(False)):
+    if (path is None and config is None and not interpret and why is None
+            and (deterministic or m <= NVFP4_MGPU_MAX_M) and mosaic_wgmma_ok(False)):
         return "mgpu"
     return path_for(m, deterministic, config, path)
 
@@ -127,7 +128,8 @@ def nvfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
                   config=config, path=path, interpret=interpret) == "mgpu":
         from .nvfp4_a16_mgpu import nvfp4_a16_matmul_mgpu
         return nvfp4_a16_matmul_mgpu(x_parts[0], w, w_scale, col_scale, post=post,
-                                     out_dtype=out_dtype, interpret=interpret)
+                                     out_dtype=out_dtype, deterministic=deterministic,
+                                     interpret=interpret)
     return dequant_matmul(NVFP4_KERNEL, x_parts, w, w_scale, col_scale, elem="e2m1",
                           scale="e4m3", group=16, post=post, out_dtype=out_dtype,
                           deterministic=deterministic, config=config, path=path,
