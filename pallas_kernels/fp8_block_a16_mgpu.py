@@ -28,6 +28,10 @@ as stored, each CTA loading its tile's once (_scale_operand; block scales of a K
 move in one row go as one float32 row per K-block, (K/128, N), beside the tiles). Per-channel
 and per-tensor scales multiply each K-block's part by the row's one scale, as block scales do.
 
+NVFP4 (nvfp4_a16_mgpu) runs this kernel too: int4 codes and their e4m3 group scales per step
+(scales="groups"), decoded in registers by mgpu_e2m1; the group scales are in the weights, so
+the K-blocks' parts are added unscaled.
+
 Deterministic mode runs this kernel at every M too (det_params: the K order a function of K
 alone), never the Triton kernels for some M and this one for others: their bits differ even
 in the same K order (benchmarks/probe_det_mgpu.py on the H200: 33-46% of outputs equal).
@@ -690,9 +694,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       sequence; parts_sum="store" stores each part to its own slab (deterministic mode's
       decode, det_params), "cond" has each tile's first CTA add its parts of the tile in
       registers (the left fold from part 0) and store that prefix once, the tile's later
-      parts (other CTAs) each to a slab of its own -- fewer slab bytes (prepared in session
-      11, not yet measured: benchmarks/sweep_fp8.py --parts det_fold); summed in part order
-      either way: bitwise P K ranges at every launch. programs must divide tiles x P.
+      parts (other CTAs) each to a slab of its own -- fewer slab bytes (det_stream_params
+      folds up to FOLD_MAX_X_TILE rows, session 12); summed in part order either way:
+      bitwise P K ranges at every launch. programs must divide tiles x P.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
