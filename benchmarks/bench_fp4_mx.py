@@ -11,7 +11,7 @@ the same process), adding what the group-scaled kernels need to be judged:
     PYTHONPATH=. python benchmarks/bench_fp4_mx.py --out $OUT --parts grid --shapes all \
         --m 1,16,64,256,1024,4096,16384       # the issue's grid: auto kernels and baselines
     parts: decode (M=1,16 variants), large (M=4096), mid (M=64/256 tiles), det (det-mode K
-    schedules at M=1..4096), mgpu (NVFP4's Mosaic kernel vs its Triton one, M=1..256), mgpu4
+    schedules at M=1..4096), mgpu (NVFP4's Mosaic kernel vs its Triton one, M=1..256), mgpu_mx (the same for MX), mgpu4
     (the Mosaic kernel with 4 K-blocks a step), grid.
 """
 
@@ -159,15 +159,16 @@ def det_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
-def mgpu_ops(k: int, n: int) -> list[bench.Op]:
-    """NVFP4 on the Mosaic GPU kernel (session 12: nvfp4_a16_mgpu, e2m1 decoded in registers)
-    beside the Triton kernel it replaces at decode and bf16, W4A16 and W4A4. Prediction: the
-    fp8 Mosaic kernel's step cost with half the bytes -- 1.6-2.0x bf16 at M <= 16 (the
-    session-7 int4 stream probe: 1.55x, up to 2.2x with two K-blocks a step), against the
-    Triton kernel's 1.2-1.5x."""
+def mgpu_ops(k: int, n: int, formats=("nvfp4_a16", "nvfp4")) -> list[bench.Op]:
+    """The Mosaic GPU kernel (session 12: group_a16_mgpu, codes decoded in registers) beside
+    the Triton kernel it replaces at decode and bf16. NVFP4 prediction: the fp8 Mosaic
+    kernel's step cost with half the bytes -- 1.6-2.0x bf16 at M <= 16 (the session-7 int4
+    stream probe: 1.55x, up to 2.2x with two K-blocks a step), against the Triton kernel's
+    1.2-1.5x. MX (mgpu_mx): MXFP4 as NVFP4 (one more multiply a pair: ~1.7x), MXFP8 W8A16
+    as fp8_block_a16 (~1.7x, against the Triton gemv's 1.17x)."""
     del k, n
     ops = [bench.bf16_op()]
-    for fmt in ("nvfp4_a16", "nvfp4"):
+    for fmt in formats:
         ops += [_auto(fmt), _variant(fmt, "triton", path="pallas"),
                 _variant(fmt, "mgpu", path="mgpu")]
     return ops
@@ -187,7 +188,7 @@ def _mgpu_blocks_op(blocks: int) -> bench.Op:
     (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
     from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
     from pallas_kernels.fp8_block_a16_mgpu import stream_programs
-    from pallas_kernels.nvfp4_a16_mgpu import launch_params, nvfp4_a16_matmul_mgpu
+    from pallas_kernels.group_a16_mgpu import launch_params, nvfp4_a16_matmul_mgpu
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
@@ -244,6 +245,9 @@ def main(argv=None) -> int:
             plan.append((LARGE_SHAPES, (4096,), large_ops))
         elif part == "mgpu":
             plan.append((DECODE_SHAPES, (1, 16, 64, 256), mgpu_ops))
+        elif part == "mgpu_mx":
+            plan.append((DECODE_SHAPES, (1, 16, 64, 256), lambda k, n: mgpu_ops(
+                k, n, ("mxfp4_a16", "mxfp4", "mxfp8_a16"))))
         elif part == "mgpu4":
             plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_blocks_ops))
         elif part == "mid":

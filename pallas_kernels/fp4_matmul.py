@@ -23,8 +23,8 @@ from .mx_dense import DENSE_MIN_M
 from .mx_heuristics import dequant_heuristic, fit_smem, with_det_block_m
 
 __all__ = ["nvfp4_matmul", "mxfp4_matmul", "dequant_matmul", "resolve_dequant_config",
-           "fp4_layout_for", "path_for", "nvfp4_path", "NVFP4_KERNEL", "MXFP4_KERNEL",
-           "NVFP4_MGPU_MAX_M"]
+           "fp4_layout_for", "path_for", "mgpu_path", "NVFP4_KERNEL", "MXFP4_KERNEL",
+           "MGPU_MAX_M", "GROUP_FORMAT"]
 
 NVFP4_KERNEL = "nvfp4_dequant"
 MXFP4_KERNEL = "mxfp4_dequant"
@@ -58,30 +58,37 @@ def path_for(m: int, deterministic: bool, config: MatmulConfig | None, path: str
     return "dense" if not deterministic and config is None and m >= DENSE_MIN_M else "pallas"
 
 
-# Default mode runs NVFP4 with one bf16 activation up to this M on the Mosaic GPU kernel
-# (nvfp4_a16_mgpu) where wgmma exists. H200, session 12 (bench_fp4_mx.py --parts mgpu, 11
-# shapes, same run), over the Triton kernel: W4A16 M=1 1.30x -> 1.76x bf16 (geomean), M=16
-# 1.23x -> 1.67x, M=64 0.80x -> 1.14x, M=256 0.56x -> 0.70x (equal on 4096x6144); W4A4 M=1
-# 1.14x -> 1.38x, M=256 0.49x -> 0.56x. Not measured from 257 to DENSE_MIN_M: Triton there.
-NVFP4_MGPU_MAX_M = 256
+# Default mode runs these formats with one bf16 activation up to this M on the Mosaic GPU
+# kernel (group_a16_mgpu) where wgmma exists; deterministic mode on it at every M (the
+# formats listed here). H200, session 12, NVFP4 (bench_fp4_mx.py --parts mgpu, 11 shapes, same
+# run), over the Triton kernel: W4A16 M=1 1.30x -> 1.76x bf16 (geomean), M=16 1.23x -> 1.67x,
+# M=64 0.80x -> 1.14x, M=256 0.56x -> 0.70x (equal on 4096x6144); W4A4 M=1 1.14x -> 1.38x,
+# M=256 0.49x -> 0.56x. MX (--parts mgpu_mx, 11 shapes, same run; faster on every shape and
+# M): MXFP4 W4A16 M=1 1.34x -> 1.73x, M=16 1.29x -> 1.61x, M=64 0.80x -> 1.20x, M=256 0.55x
+# -> 0.72x; MXFP4 W4A4 M=1 1.29x -> 1.50x; MXFP8 W8A16 M=1 1.19x -> 1.64x, M=16 1.03x ->
+# 1.57x, M=64 0.77x -> 1.24x, M=256 0.51x -> 0.71x (MXFP8 W8A8's bf16 variant runs the same
+# kernel on its exact bf16 activation; not measured apart). Not measured from 257 to
+# DENSE_MIN_M: Triton there.
+MGPU_MAX_M = {"nvfp4": 256, "mxfp4": 256, "mxfp8": 256}
+GROUP_FORMAT = {("e2m1", "e4m3"): "nvfp4", ("e2m1", "e8m0"): "mxfp4", ("e4m3", "e8m0"): "mxfp8"}
 
 
-def nvfp4_path(m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bool,
-               config: MatmulConfig | None, path: str | None, interpret: bool) -> str:
-    """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, nvfp4_a16_mgpu): explicitly, or on
-    sm_90 for one bf16 activation part and N, K the kernel takes -- in default mode up to
-    NVFP4_MGPU_MAX_M rows, in deterministic mode at every M (det_params' K order, a function
-    of K alone; never the Triton kernel for some M and this one for others: their bits
-    differ). The interpreter (CI) keeps the Triton kernel unless asked."""
+def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bool,
+              config: MatmulConfig | None, path: str | None, interpret: bool) -> str:
+    """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, group_a16_mgpu): explicitly, or on
+    sm_90 for one bf16 activation part and N, K the kernel takes, for the formats of
+    MGPU_MAX_M -- in default mode up to its M, in deterministic mode at every M (det_params' K
+    order, a function of K alone; never the Triton kernel for some M and this one for others:
+    their bits differ). The interpreter (CI) keeps the Triton kernel unless asked."""
     from .fp8_paths import mosaic_wgmma_ok
-    from .nvfp4_a16_mgpu import supports
-    why = supports(m, n, k, x_dtype) if parts == 1 else "it takes one bf16 activation part"
+    from .group_a16_mgpu import supports
+    why = supports(fmt, m, n, k, x_dtype) if parts == 1 else "it takes one bf16 activation part"
     if path == "mgpu":
         if why:
-            raise ValueError(f"path='mgpu' cannot run this NVFP4 matmul: {why}")
+            raise ValueError(f"path='mgpu' cannot run this {fmt} matmul: {why}")
         return path
-    if (path is None and config is None and not interpret and why is None
-            and (deterministic or m <= NVFP4_MGPU_MAX_M) and mosaic_wgmma_ok(False)):
+    if (path is None and config is None and not interpret and why is None and fmt in MGPU_MAX_M
+            and (deterministic or m <= MGPU_MAX_M[fmt]) and mosaic_wgmma_ok(False)):
         return "mgpu"
     return path_for(m, deterministic, config, path)
 
@@ -101,6 +108,14 @@ def dequant_matmul(kernel: str, x_parts: Sequence[jax.Array], w: jax.Array,
     """One format's entry (NVFP4 / MXFP4 / MXFP8): resolve the tile config and the path, then
     run the shared dequantizing kernel (mx_core)."""
     m, k = x_parts[0].shape
+    fmt = GROUP_FORMAT[elem, scale]
+    if mgpu_path(fmt, m, w.shape[0], k, len(x_parts), x_parts[0].dtype,
+                 deterministic=deterministic, config=config, path=path,
+                 interpret=interpret) == "mgpu":
+        from .group_a16_mgpu import group_a16_matmul_mgpu
+        return group_a16_matmul_mgpu(fmt, x_parts[0], w, w_scale, col_scale, post=post,
+                                     out_dtype=out_dtype, deterministic=deterministic,
+                                     interpret=interpret)
     e2m1 = elem == "e2m1"
     cfg = resolve_dequant_config(kernel, m=m, n=w.shape[0], k=k, elem_bits=4 if e2m1 else 8,
                                  group=group, deterministic=deterministic, config=config,
@@ -123,13 +138,6 @@ def nvfp4_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
     """
     if post not in ("div", "mul"):
         raise ValueError(f"NVFP4 needs post 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
-    m, k = x_parts[0].shape
-    if nvfp4_path(m, w.shape[0], k, len(x_parts), x_parts[0].dtype, deterministic=deterministic,
-                  config=config, path=path, interpret=interpret) == "mgpu":
-        from .nvfp4_a16_mgpu import nvfp4_a16_matmul_mgpu
-        return nvfp4_a16_matmul_mgpu(x_parts[0], w, w_scale, col_scale, post=post,
-                                     out_dtype=out_dtype, deterministic=deterministic,
-                                     interpret=interpret)
     return dequant_matmul(NVFP4_KERNEL, x_parts, w, w_scale, col_scale, elem="e2m1",
                           scale="e4m3", group=16, post=post, out_dtype=out_dtype,
                           deterministic=deterministic, config=config, path=path,

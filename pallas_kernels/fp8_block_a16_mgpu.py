@@ -28,9 +28,10 @@ as stored, each CTA loading its tile's once (_scale_operand; block scales of a K
 move in one row go as one float32 row per K-block, (K/128, N), beside the tiles). Per-channel
 and per-tensor scales multiply each K-block's part by the row's one scale, as block scales do.
 
-NVFP4 (nvfp4_a16_mgpu) runs this kernel too: int4 codes and their e4m3 group scales per step
-(scales="groups"), decoded in registers by mgpu_e2m1; the group scales are in the weights, so
-the K-blocks' parts are added unscaled.
+NVFP4, MXFP4 and MXFP8 (group_a16_mgpu) run this kernel too: codes (int4 for e2m1) and their
+group scales as stored per step (scales="groups", group_fmt), decoded in registers by
+mgpu_group_decode; the group scales are in the weights, so the K-blocks' parts are added
+unscaled.
 
 Deterministic mode runs this kernel at every M too (det_params: the K order a function of K
 alone), never the Triton kernels for some M and this one for others: their bits differ even
@@ -55,7 +56,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
-from .mgpu_e2m1 import decode as decode_e2m1, decode_jnp as decode_e2m1_jnp
+from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
+from .mgpu_group_decode import decode_jnp as decode_groups_jnp
 from .mgpu_relabel import permute_k, relabel
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
                           store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
@@ -78,11 +80,11 @@ SPLIT_MAX_M = 256
 # N=8 as wider (test_gpu_x_tile_width_does_not_change_a_row), and 8 rows halve M=1's slabs.
 DET_MIN_X_TILE, DET_GPU_MIN_X_TILE = 16, 8
 TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x tile (measured)
-# NVFP4 group scales per pipeline step (scales="groups"): each K-block's 8 e4m3, for at
-# least two K-blocks -- the 16 bytes a TMA box row needs; with one K-block a step, each step
-# gets its pair
-def group_tile(blocks: int) -> int:
-    return 8 * max(2, blocks)
+# Group scales per pipeline step (scales="groups"): each K-block's (8 for NVFP4, 4 for MX),
+# for at least the K-blocks whose bytes make the 16 a TMA box row needs; with fewer K-blocks a
+# step, consecutive steps share a tile
+def group_tile_blocks(blocks: int, scale_bytes: int) -> int:
+    return max(blocks, 16 // scale_bytes)
 # how a warpgroup reads its weight tile (see a_load)
 A_LOADS = ("wgmma", "relabel_4x")
 PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
@@ -93,7 +95,8 @@ FOUR_WG_MAX_X_TILE = 32
 
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None"):
+            wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
+            group_fmt: str | None = None):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
@@ -102,6 +105,10 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     per_part = steps // k_parts
     step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
+    if scales == "groups":
+        fmt = GROUP_FORMATS[group_fmt]
+        gb = fmt.scale_bytes  # scale bytes per K-block and row
+        g_tile = group_tile_blocks(blocks, gb)  # K-blocks per scale tile
 
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
@@ -150,15 +157,19 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 # int4 weights of benchmarks/probe_w4_mgpu.py convert directly). Not the
                 # limiter: one PTX cvt per pair plus integer ops instead ran 0-13% slower
                 # (session 8, NOTES.md)
-                if scales == "groups":  # NVFP4 codes and their K-block's 8 group scales
-                    # (a scale tile holds at least two K-blocks': group_tile)
-                    off = 8 * j if blocks > 1 else k_block % 2 * 8
-                    if a_in_registers:
-                        w = decode_e2m1(plgpu.load(w_smem.at[rows, cols],
-                                                   layout=plgpu.Layout.WGMMA),
-                                        ws_smem.at[rows, pl.ds(off, 8)])
-                    else:  # the interpreter: the same values by jnp
-                        w = decode_e2m1_jnp(w_smem[rows, cols], ws_smem[rows, pl.ds(off, 8)])
+                if scales == "groups":  # codes and their K-block's group scales
+                    # (a scale tile may hold several steps' K-blocks: group_tile_blocks)
+                    off = gb * (j if blocks == g_tile else (k_block + j) % g_tile)
+                    if not a_in_registers:  # the interpreter: the same values by jnp
+                        w = decode_groups_jnp(w_smem[rows, cols], ws_smem[rows, pl.ds(off, gb)],
+                                              fmt)
+                    elif fmt.elem == "e2m1":
+                        w = decode_groups(plgpu.load(w_smem.at[rows, cols],
+                                                     layout=plgpu.Layout.WGMMA),
+                                          ws_smem.at[rows, pl.ds(off, gb)], fmt)
+                    else:  # e4m3 converted as below, then times its scales
+                        w = decode_groups(w_smem[rows, cols].astype(F32).astype(x_gmem.dtype),
+                                          ws_smem.at[rows, pl.ds(off, gb)], fmt)
                 elif a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
                     w = w_smem[rows, cols]
                 else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)
@@ -189,9 +200,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             plgpu.BlockSpec((block_m, step_k), lambda i: (0, where(i)[1]), transforms=x_tiles),
         ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: where(i)[::-1])]
              if scales == "rows" else
-             [plgpu.BlockSpec((tile_rows, group_tile(blocks)),
-                              lambda i: (where(i)[0], where(i)[1] * blocks * 8
-                                         // group_tile(blocks)))]
+             [plgpu.BlockSpec((tile_rows, g_tile * gb),
+                              lambda i: (where(i)[0], where(i)[1] * blocks // g_tile))]
              if scales == "groups" else []))
 
     def held_scales(lo, held, ws_tile, ws_bar):
@@ -615,13 +625,14 @@ def _sum_pieces(y: jax.Array, stream: Stream, tile_rows: int) -> jax.Array:
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
             a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
-            k: int = 0, held: int = 1, w_bits: int = 8) -> int:
+            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0) -> int:
     # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once;
-    # "groups": a scale tile of two K-blocks' group scales per step
+    # "groups": a scale tile of group_bytes per K-block and row per step
     tile_rows = wgs * WG_ROWS
     per_step = blocks * (tile_rows * BLOCK * w_bits // 8 + block_m * BLOCK * x_bytes
                          + (tile_rows * 4 if scales == "rows" else 0))
-    per_step += tile_rows * group_tile(blocks) if scales == "groups" else 0
+    if scales == "groups":
+        per_step += tile_rows * group_tile_blocks(blocks, group_bytes) * group_bytes
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
     fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k, held)))
@@ -783,10 +794,11 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             block_m, k_splits, k_parts, a_in_registers, interpret,
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
             parts_sum: str = "cond", scales: str = "rows",
-            programs: int | None = None, finish=None) -> jax.Array:
+            programs: int | None = None, finish=None,
+            group_fmt: str | None = None) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
-    ("rows": (K/128, N), weight_scale_rows; "groups": NVFP4's e4m3 group scales as stored,
-    (N, K/16) viewed uint8); w e4m3, or int4 (NVFP4 codes with scales="groups", or
+    ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
+    K/group) viewed uint8); w e4m3, or int4 (e2m1 codes with scales="groups", or
     benchmarks/probe_w4_mgpu.py's 4-bit weight stream). finish: applied to the float32 sums
     (N, M) before the transpose and the rounding to out_dtype (the kernel then writes float32)."""
     m, k = x.shape
@@ -811,7 +823,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                   else out_dtype)
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
-                     dtypes.itemsize_bits(w.dtype))
+                     dtypes.itemsize_bits(w.dtype),
+                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0)
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -822,7 +835,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
-                          a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream),
+                          a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
+                          group_fmt=group_fmt),
         jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels.common import MatmulConfig
-from pallas_kernels.fp4_matmul import (MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for, mxfp4_matmul,
-                                       nvfp4_matmul, nvfp4_path, path_for,
+from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for,
+                                       mgpu_path, mxfp4_matmul, nvfp4_matmul, path_for,
                                        resolve_dequant_config)
 from pallas_kernels.mx_core import split_activation
 from pallas_kernels.mx_dense import DENSE_MIN_M
@@ -147,12 +147,14 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     wk = spec.weight
     parts = 1 if spec.activation is not None or jnp.dtype(x_dtype) == jnp.dtype(BF16) else (
         2 if jnp.dtype(x_dtype) == jnp.dtype(jnp.float16) else 3)
-    if wk.scale_dtype == "float8_e4m3fn" and nvfp4_path(
-            m, n, k, parts, BF16 if parts == 1 else x_dtype, deterministic=deterministic,
-            config=None, path=None, interpret=False) == "mgpu":
-        from pallas_kernels.nvfp4_a16_mgpu import nvfp4_launch_params
-        return {"path": "mgpu (Mosaic GPU, e2m1 decoded in registers)",
-                **nvfp4_launch_params(m, n, k, False, deterministic=deterministic)}
+    fmt = GROUP_FORMAT["e2m1" if wk.is_fp4 else "e4m3",
+                       "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
+    if mgpu_path(fmt, m, n, k, parts, BF16 if parts == 1 else x_dtype,
+                 deterministic=deterministic, config=None, path=None,
+                 interpret=False) == "mgpu":
+        from pallas_kernels.group_a16_mgpu import group_launch_params
+        return {"path": "mgpu (Mosaic GPU, codes decoded in registers)",
+                **group_launch_params(m, n, k, False, deterministic=deterministic, fmt=fmt)}
     if path_for(m, deterministic, None, None) == "dense":
         return {"path": "dense (exact bf16 dequantization + XLA dot)"}
     name = (NVFP4_KERNEL if wk.scale_dtype == "float8_e4m3fn" else

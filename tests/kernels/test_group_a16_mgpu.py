@@ -1,7 +1,7 @@
-"""The Mosaic GPU NVFP4 W4A16 kernel (pallas_kernels.nvfp4_a16_mgpu): its e2m1 decode's
-arithmetic (exhaustively, in numpy), the kernel in Mosaic GPU's interpreter against a float64
-reference, its lowering for CUDA on CPU (the inline PTX decode is built there), and on the GPU
-at real sizes."""
+"""The Mosaic GPU weight-only kernel for group-scaled formats (pallas_kernels.group_a16_mgpu:
+NVFP4, MXFP4, MXFP8): its decode's arithmetic (exhaustively, in numpy), the kernel in Mosaic
+GPU's interpreter against a float64 reference, its lowering for CUDA on CPU (the inline PTX
+decode is built there), and on the GPU at real sizes."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 
 from pallas_kernels.fp8_block_a16_mgpu import launch_params
-from pallas_kernels.mgpu_e2m1 import (E2M1_VALUES, POST_FACTOR, decode_jnp, nibble_patterns,
-                                      register_map, scale_pattern_values)
-from pallas_kernels.nvfp4_a16_mgpu import nvfp4_a16_matmul_mgpu
+from pallas_kernels.group_a16_mgpu import (group_a16_matmul_mgpu, group_launch_params,
+                                           nvfp4_a16_matmul_mgpu)
+from pallas_kernels.mgpu_group_decode import (E2M1_VALUES, FORMATS, decode_jnp, nibble_patterns,
+                                              register_map, scale_splat_values)
+
+NVFP4 = FORMATS["nvfp4"]
+POST_FACTOR = NVFP4.post_factor
 
 E4M3 = ml_dtypes.float8_e4m3fn
 FINITE_E4M3 = np.array([b for b in range(256) if b & 0x7F != 0x7F], np.uint8)  # not NaN
@@ -37,7 +41,7 @@ def test_nibble_patterns_are_e2m1_times_2_pow_minus_126_for_every_byte():
 def test_decoded_weight_is_exact_for_every_code_and_scale():
     """The pattern times bf16(s * 2**118), rounded to bf16 (mul.rn.bf16x2), is e2m1 * s * 2**-8
     exactly, for all 16 codes and all finite e4m3 scales (subnormals included)."""
-    s2 = scale_pattern_values(FINITE_E4M3).astype(np.float64)
+    s2 = scale_splat_values(FINITE_E4M3, NVFP4).astype(np.float64)
     s = FINITE_E4M3.view(E4M3).astype(np.float64)
     np.testing.assert_array_equal(s2, s * 2.0 ** 118)  # the scale step is exact
     pat = _bf16_pair(nibble_patterns(np.arange(16, dtype=np.uint32)))[0]
@@ -46,17 +50,34 @@ def test_decoded_weight_is_exact_for_every_code_and_scale():
     np.testing.assert_array_equal(prod.astype(np.float64), want)
 
 
-def test_register_map_is_rows_base_and_base_plus_8_by_groups_of_16():
-    offset, group = register_map()
+def test_e8m0_splat_is_the_scale_for_every_byte_and_mx_products_are_exact():
+    """MX: bf16 bits u << 7 (0: the subnormal 2**-127, 255: NaN) are 2**(u - 127); e2m1
+    patterns times 2**126 are the codes, and times the scale exact where bf16 holds them."""
+    u = np.arange(256)
+    got = scale_splat_values(u, FORMATS["mxfp4"]).astype(np.float64)
+    np.testing.assert_array_equal(got[:255], 2.0 ** (u[:255] - 127.0))
+    assert np.isnan(got[255])
+    pat = _bf16_pair(nibble_patterns(np.arange(16, dtype=np.uint32)))[0]
+    codes = (pat * 2.0 ** 126).astype(np.float32).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(codes.astype(np.float64), E2M1_VALUES)
+    mid = got[100:150]  # weights' scales in practice; the products are bf16 numbers
+    prod = (codes.astype(np.float32)[:, None] * mid[None, :]).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(prod.astype(np.float64), E2M1_VALUES[:, None] * mid[None, :])
+
+
+@pytest.mark.parametrize("group", [16, 32])
+def test_register_map_is_rows_base_and_base_plus_8_by_groups(group):
+    offset, grp = register_map(group)
     assert len(offset) == 32 and set(offset) == {0, 8}
-    assert list(group) == [i // 4 for i in range(32)]  # 4 registers (2 rows x 2 pairs) a group
+    # 2 rows x (group / 8) column pairs a group
+    assert list(grp) == [i // (group // 4) for i in range(32)]
 
 
 def test_decode_jnp_is_the_float64_dequantization(rng):
     codes = rng.integers(0, 16, (64, 128)).astype(np.int8)
     scales = rng.choice(FINITE_E4M3, (64, 8))
     got = decode_jnp(jnp.asarray(np.where(codes > 7, codes - 16, codes)).astype(jnp.int4),
-                     jnp.asarray(scales))
+                     jnp.asarray(scales), NVFP4)
     want = (E2M1_VALUES[codes].astype(np.float64)
             * np.repeat(scales.view(E4M3).astype(np.float64), 16, axis=1) / POST_FACTOR)
     np.testing.assert_array_equal(np.asarray(got, np.float64), want)
@@ -200,7 +221,7 @@ def test_gpu_decode_is_exact(rng, blocks):
 
 
 def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
-    from pallas_kernels.nvfp4_a16_mgpu import nvfp4_launch_params
+    nvfp4_launch_params = group_launch_params
     for n, k in ((8192, 8192), (57344, 8192), (24576, 7168)):
         p = nvfp4_launch_params(1, n, k, False)
         assert p["blocks_per_step"] == 4, p
@@ -212,13 +233,17 @@ def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
     assert nvfp4_launch_params(64, 28672, 8192, False).get("blocks_per_step", 1) != 4
     det = nvfp4_launch_params(1, 28672, 8192, False, deterministic=True)
     assert det == launch_params(1, 28672, 8192, False, deterministic=True)
+    # 8-bit codes keep the fp8 kernel's launch
+    assert group_launch_params(1, 8192, 8192, False, fmt="mxfp8") == launch_params(
+        1, 8192, 8192, False)
 
 
-@pytest.mark.parametrize("fmt", ["nvfp4_a16", "nvfp4"])
+@pytest.mark.parametrize("fmt", ["nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8_a16",
+                                 "mxfp8"])
 @pytest.mark.parametrize("m", [1, 6])
 def test_dispatcher_path_mgpu_matches_the_xla_reference(rng, fmt, m):
-    """W4A16 and W4A4 (the reference's quantized activation, exact in bf16) through
-    pallas_nvfp4 with path='mgpu' in the interpreter, against the XLA reference kernel."""
+    """Weight-only and quantized activations (the reference's, exact in bf16) through the
+    format's Pallas kernel with path='mgpu' in the interpreter, against the XLA reference."""
     from jqlin import dispatch, formats, qweight
     from jqlin.kernels.pallas_fp4 import apply
     spec = formats.get(fmt)
@@ -235,13 +260,105 @@ def test_dispatcher_path_mgpu_matches_the_xla_reference(rng, fmt, m):
 
 
 def test_dispatcher_path_choice_and_refusal():
-    from pallas_kernels.fp4_matmul import nvfp4_path
+    from pallas_kernels.fp4_matmul import mgpu_path
     kw = dict(deterministic=False, config=None, path=None)
-    assert nvfp4_path(1, 4096, 4096, 1, jnp.bfloat16, interpret=False, **kw) == "pallas"  # no GPU
-    assert nvfp4_path(1, 4096, 4096, 1, jnp.bfloat16, interpret=True, **kw) == "pallas"
+    assert mgpu_path("nvfp4", 1, 4096, 4096, 1, jnp.bfloat16, interpret=False,
+                     **kw) == "pallas"  # no GPU here
+    assert mgpu_path("nvfp4", 1, 4096, 4096, 1, jnp.bfloat16, interpret=True, **kw) == "pallas"
     with pytest.raises(ValueError, match="path='mgpu' cannot run.*one bf16 activation part"):
-        nvfp4_path(1, 4096, 4096, 3, jnp.bfloat16, interpret=True, deterministic=False,
-                   config=None, path="mgpu")
+        mgpu_path("nvfp4", 1, 4096, 4096, 3, jnp.bfloat16, interpret=True, deterministic=False,
+                  config=None, path="mgpu")
     with pytest.raises(ValueError, match="K % 256"):
-        nvfp4_path(1, 4096, 4224, 1, jnp.bfloat16, interpret=True, deterministic=False,
-                   config=None, path="mgpu")
+        mgpu_path("nvfp4", 1, 4096, 4224, 1, jnp.bfloat16, interpret=True, deterministic=False,
+                  config=None, path="mgpu")
+    with pytest.raises(ValueError, match="K % 512"):
+        mgpu_path("mxfp4", 1, 4096, 4352, 1, jnp.bfloat16, interpret=True, deterministic=False,
+                  config=None, path="mgpu")
+
+
+def _mx_operands(rng, fmt, m, n, k):
+    if fmt == "mxfp4":
+        w = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    else:
+        w = rng.standard_normal((n, k)).astype(E4M3)
+    scale = rng.integers(118, 132, (n, k // 32)).astype(np.uint8)  # 2**-9 .. 2**4
+    x = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    return x, w, scale
+
+
+def _mx_reference(fmt, x, w, scale, dtype=np.float64):
+    if fmt == "mxfp4":
+        codes = np.stack([w & 15, w >> 4], axis=-1).reshape(w.shape[0], -1)
+        v = E2M1_VALUES[codes].astype(dtype)
+    else:
+        v = w.astype(dtype)
+    s = np.repeat(2.0 ** (scale.astype(np.float64) - 127), 32, axis=1).astype(dtype)
+    return (x.astype(dtype) @ (v * s).T).astype(np.float64)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("m,launch", [(1, {}), (3, dict(block_m=16, k_splits=2,
+                                                         blocks_per_step=1)),
+                                      (9, dict(block_m=16, k_parts=2, blocks_per_step=2))])
+def test_interpreter_mx_matches_the_float64_reference(rng, fmt, m, launch):
+    """MX scale tiles hold four K-blocks' bytes: steps of one or two K-blocks share them."""
+    n, k = 256, 1024
+    x, w, scale = _mx_operands(rng, fmt, m, n, k)
+    got = group_a16_matmul_mgpu(fmt, jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale),
+                                interpret=True, **({"block_m": 16, **launch} if launch else {}))
+    assert got.shape == (m, n) and got.dtype == jnp.bfloat16
+    _check(got, _mx_reference(fmt, x, w, scale))
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("m,n,k,deterministic", [(1, 4096, 4096, False),
+                                                 (16, 24576, 7168, False),
+                                                 (64, 8192, 8192, True)])
+def test_lowers_for_cuda_on_cpu_mx(fmt, m, n, k, deterministic):
+    x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
+    w = (jax.ShapeDtypeStruct((n, k // 2), jnp.uint8) if fmt == "mxfp4" else
+         jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn))
+    s = jax.ShapeDtypeStruct((n, k // 32), jnp.uint8)
+    f = jax.jit(lambda *a: group_a16_matmul_mgpu(fmt, *a, deterministic=deterministic))
+    assert "mosaic_gpu" in f.trace(x, w, s).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_mx_bad_operands_name_what_is_wrong(rng):
+    x, w, scale = (jnp.asarray(a) for a in _mx_operands(rng, "mxfp8", 1, 256, 512))
+    with pytest.raises(ValueError, match="no global scale"):
+        group_a16_matmul_mgpu("mxfp8", x, w, scale, post="div", interpret=True)
+    with pytest.raises(ValueError, match=r"w must be float8_e4m3fn \(256, 512\)"):
+        group_a16_matmul_mgpu("mxfp8", x, scale, scale, interpret=True)
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        group_a16_matmul_mgpu("mxfp6", x, w, scale, interpret=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("m", [1, 7, 64, 255])
+@pytest.mark.parametrize("n,k", [(4096, 4096), (2048, 7168)])
+def test_gpu_mx_matches_the_reference(rng, fmt, m, n, k):
+    x, w, scale = _mx_operands(rng, fmt, m, n, k)
+    for det in (False, True):
+        got = group_a16_matmul_mgpu(fmt, jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale),
+                                    deterministic=det)
+        _check(got, _mx_reference(fmt, x, w, scale, np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
+def test_gpu_mx_decode_is_exact(rng, fmt):
+    """One-hot rows pick single weights: code * 2**(u-127), exact in float32, bitwise."""
+    n, k, m = 256, 512, 64
+    _, w, scale = _mx_operands(rng, fmt, m, n, k)
+    hot = rng.permutation(k)[:m]
+    x = np.zeros((m, k), ml_dtypes.bfloat16)
+    x[np.arange(m), hot] = 1
+    got = group_a16_matmul_mgpu(fmt, jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale),
+                                out_dtype=jnp.float32, block_m=64, blocks_per_step=1)
+    if fmt == "mxfp4":
+        v = E2M1_VALUES[np.stack([w & 15, w >> 4], axis=-1).reshape(n, k)].astype(np.float64)
+    else:
+        v = w.astype(np.float64)
+    want = (v * np.repeat(2.0 ** (scale.astype(np.float64) - 127), 32, axis=1)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(got), want[:, hot].T)

@@ -1,0 +1,184 @@
+"""Group-scaled weights times bf16 activations on Mosaic GPU -- NVFP4 (packed e2m1, e4m3 scale
+per 16 along K, float32 global), MXFP4 (packed e2m1, e8m0 per 32) and MXFP8 (e4m3, e8m0 per
+32): the W8A16 kernel of fp8_block_a16_mgpu (swap-AB, a TMA warpgroup streaming the tiles, two
+compute warpgroups, weights converted in registers as wgmma's A operand, the same decode
+launches: K ranges, stream-K, deterministic K parts) fed the codes and their group scales as
+stored (scales="groups"), decoded by mgpu_group_decode -- 4-bit codes are half the bytes of its
+e4m3 stream.
+
+Numerics per output (m, n): the decoded weight (code * group scale, divided by the format's
+post factor: 2**8 for NVFP4, 1 for MX) is exact in bf16 (MX: wherever the product is a bf16
+number, as in the Triton kernels); each 128-K block's wgmma chain sums bf16 products in float32
+from zero, the blocks are added in K order (the ranges' or parts' sums in K order, as for fp8);
+the float32 total is multiplied by the post factor (exact) and, for NVFP4, divided ("div",
+compressed-tensors' weight_global_scale) or multiplied ("mul", ModelOpt's weight_scale_2) by the
+row's global scale, then rounded once to the output dtype. The same products as the XLA
+reference (exact dequantization, float32 dot); the float32 sums run in another order.
+
+Layout: e2m1 weights uint8 (N, K/2) packed as stored (low nibble first) -- viewed as int4 (N,
+K), which keeps the nibble order; e4m3 weights (N, K); scales (N, K/group) as stored, read as
+bytes in tiles of whole K-blocks' groups of at least 16 bytes a row (TMA): N a multiple of 128,
+K of 256 (NVFP4) or 512 (MX).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .fp8_block_a16_mgpu import (BLOCK, COMPUTE_WGS, WG_ROWS, X_TILES, _launch,
+                                 group_tile_blocks, launch_params, stream_programs)
+from .fp8_heuristics import num_sms
+from .mgpu_group_decode import FORMATS, Format
+
+__all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
+           "group_a16_matmul_mgpu", "group_launch_params", "k_multiple", "supports",
+           "FOUR_BLOCK_MIN_TILES"]
+
+N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
+# launch settings that describe how K and the tiles are cut (overriding any replaces them all)
+PARTITION = {"block_m", "k_splits", "k_parts", "programs", "blocks_per_step", "parts_sum"}
+_SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs"}
+
+
+def k_multiple(fmt: str) -> int:
+    """K must be a multiple of this: one scale tile's K-blocks at one K-block a step."""
+    return BLOCK * group_tile_blocks(1, FORMATS[fmt].scale_bytes)
+
+
+def supports(fmt: str, m: int, n: int, k: int, x_dtype) -> str | None:
+    """None, or why this kernel cannot take these operands (the dispatcher's explanation)."""
+    if jnp.dtype(x_dtype) != jnp.dtype(jnp.bfloat16):
+        return f"the Mosaic {fmt} kernel takes one bf16 activation, got {jnp.dtype(x_dtype)}"
+    if n % N_MULTIPLE or k % k_multiple(fmt):
+        return (f"the Mosaic {fmt} kernel needs N % {N_MULTIPLE} == 0 and K % {k_multiple(fmt)}"
+                f" == 0 (stored), got N={n}, K={k}")
+    return None
+
+
+# Four K-blocks a pipeline step (default mode, x tiles <= 16 rows) from this many weight
+# tiles of 128 rows. H200, session 12 (benchmarks/bench_fp4_mx.py --parts mgpu4, 11 shapes,
+# same run): +5-10% at M=1 and +2-7% at M=16 from N = 8192 (64 tiles) on; 2-7% slower on
+# 4096x4096 / 4096x6144 (32-48 tiles), even on 14336x4096; at M=64 24-31% slower (two stages).
+FOUR_BLOCK_MIN_TILES = 64
+
+
+def group_launch_params(m: int, n: int, k: int, interpret: bool,
+                        deterministic: bool = False, fmt: str = "nvfp4") -> dict:
+    """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
+    FOUR_BLOCK_MIN_TILES says (a stream re-shared for the longer steps: >= 8 K-blocks a CTA; K ranges only where
+    each holds whole steps). Deterministic mode keeps launch_params' (its sums are the same
+    either way, and its launch is the fp8 kernel's)."""
+    p = launch_params(m, n, k, interpret, deterministic=deterministic)
+    kb = k // BLOCK
+    per_part = kb // p.get("k_splits", 1) // p.get("k_parts", 1)
+    if (deterministic or FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
+            or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or per_part % 4):
+        return p
+    if "programs" in p:
+        p["programs"] = stream_programs(n // N_MULTIPLE, kb // 4, num_sms(), 2)
+    return {**p, "blocks_per_step": 4}
+
+
+def _check_launch(p: dict, n: int, k: int) -> None:
+    """The K partition and stream a launch asks for must cut K at whole steps."""
+    kb, blocks = k // BLOCK, p.get("blocks_per_step", 1)
+    splits, parts = p["k_splits"], p["k_parts"]
+    if not all(isinstance(v, int) and v >= 1 for v in (splits, parts)) or kb % (splits * parts):
+        raise ValueError(f"k_splits * k_parts must divide K/{BLOCK}={kb}, got {splits} * {parts}")
+    if blocks not in (1, 2, 4) or (kb // splits // parts) % blocks:
+        raise ValueError(f"blocks_per_step must be 1, 2 or 4, dividing the {kb // splits // parts}"
+                         f" K-blocks of a K part, got {blocks!r}")
+    if (programs := p.get("programs")) is not None:
+        tiles = n // (p.get("compute_wgs", 2) * WG_ROWS)
+        total = tiles * (kb // blocks if parts == 1 else parts)
+        if not (isinstance(programs, int) and programs >= 1 and total % programs == 0
+                and splits == 1):
+            raise ValueError(f"programs must divide the {total} stream items (k_splits=1), got "
+                             f"{programs!r}")
+
+
+def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
+                          col_scale: jax.Array | None = None, *, post: str = "none",
+                          out_dtype=None, deterministic: bool = False, interpret: bool = False,
+                          **overrides) -> jax.Array:
+    """y (M, N) = x (M, K) bf16 @ (code(w) * scale(w_scale))^T in out_dtype (default x's); for
+    NVFP4 then `post` ("div" | "mul") by col_scale (float32 (N,)) per output column.
+    fmt: "nvfp4" (w uint8 (N, K/2), w_scale e4m3 (N, K/16)), "mxfp4" (w uint8 (N, K/2),
+    w_scale uint8 e8m0 (N, K/32)) or "mxfp8" (w e4m3 (N, K), w_scale uint8 (N, K/32)).
+    deterministic: det_params' launch, whose K order is a function of K alone (as for fp8).
+    overrides: launch settings of fp8_block_a16_matmul_mgpu (block_m, k_splits, k_parts,
+    programs, blocks_per_step -- here also 4 --, stages, parts_sum, group_m, a_in_registers)
+    on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
+    given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,
+    one K-block a step)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+    f: Format = FORMATS[fmt]
+    if x.ndim != 2:
+        raise ValueError(f"x must be (M, K), got shape {tuple(x.shape)}")
+    m, k = x.shape
+    n = w.shape[0]
+    if why := supports(fmt, m, n, k, x.dtype):
+        raise ValueError(why)
+    w_want = ((jnp.uint8, (n, k // 2), "packed e2m1") if f.elem == "e2m1" else
+              (jnp.float8_e4m3fn, (n, k), "e4m3"))
+    if w.dtype != jnp.dtype(w_want[0]) or w.shape != w_want[1]:
+        raise ValueError(f"w must be {jnp.dtype(w_want[0])} {w_want[1]} ({w_want[2]}) for x "
+                         f"{tuple(x.shape)}, got {w.dtype} {tuple(w.shape)}")
+    s_dtype = jnp.float8_e4m3fn if f.scale == "e4m3" else jnp.uint8
+    if w_scale.dtype != jnp.dtype(s_dtype) or w_scale.shape != (n, k // f.group):
+        raise ValueError(f"w_scale must be {jnp.dtype(s_dtype)} (N, K/{f.group}) = "
+                         f"{(n, k // f.group)}, got {w_scale.dtype} {tuple(w_scale.shape)}")
+    if fmt == "nvfp4":
+        if post not in ("div", "mul"):
+            raise ValueError(f"post must be 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
+        if col_scale is None or col_scale.shape != (n,):
+            raise ValueError(f"col_scale must be (N,) = ({n},), got "
+                             f"{None if col_scale is None else tuple(col_scale.shape)}")
+    elif post != "none" or col_scale is not None:
+        raise ValueError(f"{fmt} has no global scale: post must be 'none', col_scale None")
+    params = {**dict(group_m=8, block_m=BLOCK, k_splits=1, k_parts=1, stages=None),
+              **group_launch_params(m, n, k, interpret, deterministic=deterministic, fmt=fmt)}
+    if set(overrides) & PARTITION:  # a launch of its own, not launch_params' partition
+        params = {key: v for key, v in params.items() if key not in PARTITION}
+        params.update(block_m=BLOCK, k_splits=1, k_parts=1)
+    if unknown := set(overrides) - _SETTINGS:
+        raise ValueError(f"unknown launch settings {sorted(unknown)}")
+    params.update(overrides)
+    if params["block_m"] not in X_TILES or params.get("compute_wgs", 2) not in COMPUTE_WGS:
+        raise ValueError(f"block_m must be one of {X_TILES}, compute_wgs one of {COMPUTE_WGS}")
+    _check_launch(params, n, k)
+    if params["a_in_registers"] == bool(interpret):
+        raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
+                         "shared memory in the interpreter; a_in_registers must be "
+                         f"{not interpret} here")
+    codes = lax.bitcast_convert_type(w, jnp.int4).reshape(n, k) if f.elem == "e2m1" else w
+    scales = lax.bitcast_convert_type(w_scale, jnp.uint8)
+    col = None if col_scale is None else col_scale.astype(jnp.float32)[:, None]
+
+    def finish(yt):  # (N, M) float32 sums -> times the post factor, then the global scale
+        if f.post_factor != 1:
+            yt = yt * f.post_factor
+        if col is None:
+            return yt
+        return yt / col if post == "div" else yt * col
+    return _launch(x, codes, scales, out_dtype=jnp.dtype(out_dtype or x.dtype),
+                   interpret=interpret, scales="groups", group_fmt=fmt, finish=finish,
+                   **params)
+
+
+def nvfp4_a16_matmul_mgpu(x, w, w_scale, col_scale, *, post: str, **kw) -> jax.Array:
+    """group_a16_matmul_mgpu("nvfp4", ...)."""
+    return group_a16_matmul_mgpu("nvfp4", x, w, w_scale, col_scale, post=post, **kw)
+
+
+def mxfp4_a16_matmul_mgpu(x, w, w_scale, **kw) -> jax.Array:
+    """group_a16_matmul_mgpu("mxfp4", ...)."""
+    return group_a16_matmul_mgpu("mxfp4", x, w, w_scale, **kw)
+
+
+def mxfp8_a16_matmul_mgpu(x, w, w_scale, **kw) -> jax.Array:
+    """group_a16_matmul_mgpu("mxfp8", ...)."""
+    return group_a16_matmul_mgpu("mxfp8", x, w, w_scale, **kw)
