@@ -5,6 +5,8 @@
     weight_global_scale) or a multiplier (ModelOpt's weight_scale_2) -- `post`.
   * MXFP4: e8m0 exponent byte per 32 along K; no global scale.
 
+dequant_matmul runs the Mosaic GPU kernel (group_a16_mgpu) instead where mgpu_path says so.
+
 W4A16 passes the activation itself (split into exact bf16 parts); W4A4 passes its quantized
 activation, which the caller builds so that it is exact in bf16 (NVFP4: e2m1 code times its e4m3
 block scale, the activation global folded into `col_scale`; MX: e2m1/e4m3 code times 2**k).

@@ -7,10 +7,13 @@ format's own quantized activations:
   pallas_mxfp8  e4m3 + e8m0 scale per 32           (mxfp8_a16, mxfp8)
 
 Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for bf16 MMAs
-with float32 accumulation. In default mode from M = 1024 (prefill) the weight is instead
-dequantized exactly to bf16 in one XLA pass and multiplied by one XLA dot (pallas_kernels.
-mx_dense): the same exact operands, float32 accumulation, measured faster there; deterministic
-mode always runs the Triton kernel (its K order does not depend on M). MXFP8 W8A8 with fp8 MMAs
+with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
+activation) and N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
+session 12: the codes decoded in registers) runs in default mode up to M = 256 and in
+deterministic mode at every M; otherwise the Triton kernel (mx_core). In default mode from
+M = 1024 (prefill) the weight is instead dequantized exactly to bf16 in one XLA pass and
+multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, float32
+accumulation, measured faster there. pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs
 (mx_fp8mma) is available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
 same `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
 reference's codes bit for bit, and are handed over in a form that is exact in bf16:
@@ -173,7 +176,7 @@ NVFP4 = register_kernel(Kernel(
     name="pallas_nvfp4",
     impl=_impl,
     honours=((_W_NVFP4, WEIGHT_ONLY), (_W_NVFP4, _A_NVFP4)),
-    description="Pallas/Triton NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
                 "by the reference rule in a fused XLA pre-pass",
     **HOPPER_PALLAS,
@@ -183,7 +186,7 @@ MXFP4 = register_kernel(Kernel(
     name="pallas_mxfp4",
     impl=_impl,
     honours=((_W_MXFP4, WEIGHT_ONLY), (_W_MXFP4, _A_MXFP4)),
-    description="Pallas/Triton MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **HOPPER_PALLAS,
 ))
@@ -192,7 +195,7 @@ MXFP8 = register_kernel(Kernel(
     name="pallas_mxfp8",
     impl=_impl,
     honours=((_W_MXFP8, WEIGHT_ONLY), (_W_MXFP8, _A_MXFP8)),
-    description="Pallas/Triton MXFP8: e4m3 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) MXFP8: e4m3 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **HOPPER_PALLAS,
 ))
