@@ -299,6 +299,19 @@ def main() -> int:
          "14336x4096: see the sweep above)"),
         ("h200_fp8_grid_s11_det_narrow.json", "The narrowed in-CTA parts through the "
          "dispatcher on the shapes they change (session 11; supersedes those `[det]` rows)"),
+        ("h200_fp8_sweep_det_fold_s12.json", "FP8 W8A16 deterministic decode: streamed parts "
+         "one slab each (`_det`) vs folded by each tile's first CTA (`_det_fold`; session 12, "
+         "adopted up to 16-row x tiles), beside default mode (`_auto`), 11 shapes, same run"),
+        ("h200_nvfp4_mgpu_s12.json", "NVFP4 on the Mosaic GPU kernel (`var[mgpu]`, session 12) "
+         "vs the Triton kernel (`var[triton]`), W4A16 and W4A4, 11 shapes, same run "
+         "(`pallas_nvfp4`: the dispatcher, already Mosaic below M=256 there)"),
+        ("h200_nvfp4_mgpu_blocks_s12.json", "The Mosaic NVFP4 kernel with 4 K-blocks a step "
+         "(`var[mgpu-4blocks]`) vs the dispatcher's 2 (session 12, 11 shapes, same run)"),
+        ("h200_nvfp4_grid_s12.json", "NVFP4 through the dispatcher after session 12 (Mosaic in "
+         "default mode up to M=256 and in deterministic mode at every M; 8 Llama-3 shapes)"),
+        ("h200_mx_mgpu_s12.json", "MXFP4 / MXFP8 on the Mosaic GPU kernel (`var[mgpu]`) vs "
+         "the Triton kernel (`var[triton]`, = `pallas_*` in that run), 11 shapes, same run "
+         "(session 12; the dispatcher takes the Mosaic kernel since)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
