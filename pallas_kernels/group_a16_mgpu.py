@@ -61,15 +61,16 @@ def supports(fmt: str, m: int, n: int, k: int, x_dtype) -> str | None:
 # tiles of 128 rows. H200, session 12 (benchmarks/bench_fp4_mx.py --parts mgpu4, 11 shapes,
 # same run): +5-10% at M=1 and +2-7% at M=16 from N = 8192 (64 tiles) on; 2-7% slower on
 # 4096x4096 / 4096x6144 (32-48 tiles), even on 14336x4096; at M=64 24-31% slower (two stages).
+# Measured on NVFP4; MXFP4 takes it too (its session-12 grid ran with it; no A/B).
 FOUR_BLOCK_MIN_TILES = 64
 
 
 def group_launch_params(m: int, n: int, k: int, interpret: bool,
                         deterministic: bool = False, fmt: str = "nvfp4") -> dict:
     """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
-    FOUR_BLOCK_MIN_TILES says (a stream re-shared for the longer steps: >= 8 K-blocks a CTA; K ranges only where
-    each holds whole steps). Deterministic mode keeps launch_params' (its sums are the same
-    either way, and its launch is the fp8 kernel's)."""
+    FOUR_BLOCK_MIN_TILES says (a stream re-shared for the longer steps: >= 8 K-blocks a CTA;
+    K ranges only where each holds whole steps). Deterministic mode keeps launch_params' (its
+    sums are the same either way, and its launch is the fp8 kernel's)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic)
     kb = k // BLOCK
     per_part = kb // p.get("k_splits", 1) // p.get("k_parts", 1)
