@@ -94,6 +94,9 @@ def main(argv=None) -> int:
     p.add_argument("--streams", default="int4,fp8",
                    help=f"comma list of {STREAMS}: the streams timed (int4 also from shared "
                         "memory)")
+    p.add_argument("--smoke", action="store_true",
+                   help="one product per call, one call per sample (CPU smoke test: the "
+                        "interpreter's time; the timings mean nothing)")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     ops = [bench.bf16_op(), bench.kernel_op("pallas_nvfp4", "nvfp4_a16"),
@@ -113,7 +116,7 @@ def main(argv=None) -> int:
     ops += [stream_op(weights, stages=int(s)) for s in args.stages.split(",") if s
             for weights in streams]
     result = bench.run(bench.parse_shapes(args.shapes), [int(v) for v in args.m.split(",")],
-                       ops, reps=args.reps)
+                       ops, reps=args.reps, smoke=args.smoke)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(bench.format_table(result["records"]))

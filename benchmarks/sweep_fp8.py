@@ -266,6 +266,9 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--parts", default="decode,large")
     p.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny shapes and M")
+    p.add_argument("--smoke", action="store_true",
+                   help="one product per call, one call per sample (CPU smoke test: the "
+                        "interpreter's time; the timings mean nothing)")
     args = p.parse_args(argv)
     target = 2 * num_sms()
     records, meta = [], {}
@@ -276,7 +279,8 @@ def main(argv=None) -> int:
             json.dump({**meta, "records": records}, f, indent=1)
 
     def run_saved(shape, ms, ops):  # one shape's ops side by side; the JSON after each shape
-        res = bench.run([shape], ms, ops, reps=args.reps, log=print, on_record=records.append)
+        res = bench.run([shape], ms, ops, reps=args.reps, log=print, on_record=records.append,
+                        smoke=args.smoke)
         meta.update({kk: v for kk, v in res.items() if kk != "records"})
         save()
         print(bench.format_table(res["records"]), flush=True)

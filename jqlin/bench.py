@@ -294,11 +294,13 @@ def _compile_case(case: _Case, x_abs, w_abs) -> _Case:
     return case
 
 
-def _time(compiled, xs, ws, inner: int, est: float, reps: int) -> tuple[float, int]:
+def _time(compiled, xs, ws, inner: int, est: float, reps: int,
+          b2b: int | None = None) -> tuple[float, int]:
     """(median wall seconds per product, products run). Each sample dispatches `b2b` calls
     back to back (the device stays busy), rotating through the weight copies so every product
     reads its weight from HBM, not from L2."""
-    b2b = int(min(8, max(2, round(4e-3 / (inner * est)))))
+    if b2b is None:
+        b2b = int(min(8, max(2, round(4e-3 / (inner * est)))))
     calls = [([xs[(j * inner + i) % len(xs)] for i in range(inner)],
               [ws[(j * inner + i) % len(ws)] for i in range(inner)]) for j in range(b2b)]
     times = []
@@ -331,8 +333,11 @@ def _describe(op: Op, m: int, w, x_dtype) -> dict | None:
 def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence[Op], *,
         reps: int = 5, workers: int | None = None, log=print,
         on_record: Callable[[dict], None] | None = None,
-        device_timing: bool | None = None) -> dict:
-    """Time every (shape, M, op); returns {"device", "jax_version", "copy_bandwidth", "records"}."""
+        device_timing: bool | None = None, smoke: bool = False) -> dict:
+    """Time every (shape, M, op); returns {"device", "jax_version", "copy_bandwidth", "records"}.
+
+    smoke: one product per jitted call and one call per sample (the scripts' CPU smoke runs,
+    where the interpreter's time is CI's and the timings mean nothing); records as usual."""
     dev = jax.devices()[0]
     on_cpu = dev.platform == "cpu"
     device_timing = (not on_cpu) if device_timing is None else device_timing
@@ -365,7 +370,7 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
                     continue
                 ws = weights[op.fmt if op.name != "bf16" else None]
                 wb = _nbytes(ws[0])
-                cases.append(_Case(op, m, _inner_count(m, n, k, wb), len(ws),
+                cases.append(_Case(op, m, 1 if smoke else _inner_count(m, n, k, wb), len(ws),
                                    name=f"bench_{len(result['records'])}_{len(cases)}"))
         # Compile everything for this shape (XLA / Triton compiles release the GIL): cases that
         # autotune XLA GEMMs one at a time (concurrent autotuning on one GPU timed out), beside
@@ -407,7 +412,8 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
             else:
                 est = _estimate(c.m, n, k, _nbytes(ws[0]))
                 try:
-                    t, c.products = _time(c.compiled, xs_by_m[c.m], ws, c.inner, est, reps)
+                    t, c.products = _time(c.compiled, xs_by_m[c.m], ws, c.inner, est, reps,
+                                          b2b=1 if smoke else None)
                 except Exception as e:
                     rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
                 else:

@@ -2,6 +2,7 @@
 a Llama loaded from a quantized checkpoint, tensor-parallel vs one device."""
 
 import collections
+import functools
 import os
 import re
 import sys
@@ -15,12 +16,20 @@ from jqlin.models import llama
 from jqlin.models.parallel import shard_model
 
 
-def check(fixture: str, style: str, n: int) -> None:
+@functools.cache
+def one_device(fixture: str) -> tuple[np.ndarray, ...]:
+    """The fixture's input ids and its one-device deterministic logits, default logits and
+    greedy tokens (computed once: a fixture checked in several styles shares them)."""
     ids = np.load(os.path.join(fixture, "reference", "input_ids.npy"))
     base = llama.from_checkpoint(fixture)
     det_ref = np.asarray(base(ids, deterministic=True))
     ref = np.asarray(base(ids))
     toks_ref = np.asarray(base.generate(ids[:1], 6, deterministic=True).tokens)
+    return ids, det_ref, ref, toks_ref
+
+
+def check(fixture: str, style: str, n: int) -> None:
+    ids, det_ref, ref, toks_ref = one_device(fixture)
     model = llama.from_checkpoint(fixture)
     mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
     with warnings.catch_warnings(record=True) as caught:
