@@ -187,21 +187,18 @@ def _mgpu_blocks_op(blocks: int) -> bench.Op:
     at most 2), its launch otherwise the dispatcher's: a stream re-shared for the longer steps
     (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
     from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
-    from pallas_kernels.fp8_block_a16_mgpu import stream_programs
-    from pallas_kernels.group_a16_mgpu import launch_params, nvfp4_a16_matmul_mgpu
+    from pallas_kernels.group_a16_mgpu import (launch_params, nvfp4_a16_matmul_mgpu,
+                                               with_step_blocks_of)
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         (m, _), (n, k) = x.shape, qw.storage_shape
         p = {key: v for key, v in launch_params(m, n, k, interpret).items()
              if key != "a_in_registers"}
-        if "programs" in p:
-            p["programs"] = stream_programs(n // 128, k // 128 // blocks, num_sms(),
-                                            max(1, 8 // blocks))
-        p["blocks_per_step"] = blocks
         col, post = nvfp4_post_scale(qw, qw.spec)
         return qw.trim_rows(nvfp4_a16_matmul_mgpu(x, qw.data, qw.scale, col, post=post,
-                                                  interpret=interpret, **p))
+                                                  interpret=interpret,
+                                                  **with_step_blocks_of(p, n, k, blocks)))
     return bench.Op(f"var[mgpu-{blocks}blocks]", "nvfp4_a16", "default", fn, max_m=64)
 
 

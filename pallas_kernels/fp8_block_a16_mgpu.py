@@ -63,7 +63,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
                           weight_scale_rows, zero_total)
 
-__all__ = ["fp8_block_a16_matmul_mgpu", "decode_params", "range_params", "det_params",
+__all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
            "with_step_blocks", "Stream",
@@ -720,22 +720,39 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if w.shape != (n, k) or k % BLOCK or n % BLOCK:
         raise ValueError(f"w must be (N, K) with N and K multiples of {BLOCK}; got w "
                          f"{tuple(w.shape)} for x {tuple(x.shape)}")
-    if compute_wgs not in COMPUTE_WGS or n % (compute_wgs * WG_ROWS):
-        raise ValueError(f"compute_wgs must be one of {COMPUTE_WGS} with N={n} a multiple of "
-                         f"{WG_ROWS} * compute_wgs, got {compute_wgs!r}")
-    if parts_sum not in PARTS_SUMS:
-        raise ValueError(f"parts_sum must be one of {PARTS_SUMS}, got {parts_sum!r}")
     if a_load not in A_LOADS:
         raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
-    if compute_wgs == 4 and block_m > FOUR_WG_MAX_X_TILE:
-        raise ValueError(f"compute_wgs=4 holds x tiles of up to {FOUR_WG_MAX_X_TILE} rows "
-                         f"(104 registers per thread), got block_m={block_m}")
     scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
     if scale_kind not in scale_shape:
         raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
     if w_scale.shape != scale_shape[scale_kind]:
         raise ValueError(f"w_scale must be {scale_shape[scale_kind]} for scale_kind "
                          f"{scale_kind!r}, got {tuple(w_scale.shape)}")
+    check_launch(m, n, k, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
+                 blocks_per_step=blocks_per_step, programs=programs, compute_wgs=compute_wgs,
+                 group_m=group_m, parts_sum=parts_sum)
+    ws, scales = _scale_operand(w_scale, scale_kind, n, k)
+    return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
+                   group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
+                   blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
+                   parts_sum=parts_sum, scales=scales, programs=programs,
+                   a_in_registers=a_in_registers, interpret=interpret)
+
+
+def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
+                 blocks_per_step: int, programs: int | None, compute_wgs: int, group_m: int,
+                 parts_sum: str, step_blocks: tuple[int, ...] = (1, 2)) -> None:
+    """The launch settings of fp8_block_a16_matmul_mgpu (see there) for an (M, N, K) problem,
+    or a ValueError naming the one that is wrong. step_blocks: the K-blocks a pipeline step may
+    hold (group_a16_mgpu's 4-bit codes: also 4)."""
+    if compute_wgs not in COMPUTE_WGS or n % (compute_wgs * WG_ROWS):
+        raise ValueError(f"compute_wgs must be one of {COMPUTE_WGS} with N={n} a multiple of "
+                         f"{WG_ROWS} * compute_wgs, got {compute_wgs!r}")
+    if parts_sum not in PARTS_SUMS:
+        raise ValueError(f"parts_sum must be one of {PARTS_SUMS}, got {parts_sum!r}")
+    if compute_wgs == 4 and block_m > FOUR_WG_MAX_X_TILE:
+        raise ValueError(f"compute_wgs=4 holds x tiles of up to {FOUR_WG_MAX_X_TILE} rows "
+                         f"(104 registers per thread), got block_m={block_m}")
     if not (isinstance(group_m, int) and group_m >= 1):
         raise ValueError(f"group_m must be a positive int, got {group_m!r}")
     if block_m not in X_TILES:
@@ -746,9 +763,10 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     if not (isinstance(k_parts, int) and k_parts >= 1 and (k // BLOCK // k_splits) % k_parts == 0):
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
-    if blocks_per_step not in (1, 2) or (k // BLOCK // k_splits // k_parts) % blocks_per_step:
-        raise ValueError(f"blocks_per_step must be 1, or 2 where a K part holds an even number "
-                         f"of K-blocks ({k // BLOCK // k_splits // k_parts}), got "
+    per_part = k // BLOCK // k_splits // k_parts
+    if blocks_per_step not in step_blocks or per_part % blocks_per_step:
+        raise ValueError(f"blocks_per_step must be 1, or {' or '.join(map(str, step_blocks[1:]))}"
+                         f" where a K part holds a multiple of it ({per_part} K-blocks), got "
                          f"{blocks_per_step!r}")
     if programs is not None:
         tiles = n // (compute_wgs * WG_ROWS)
@@ -761,12 +779,6 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         if k_splits != 1 or m > block_m:
             raise ValueError(f"programs (stream-K) needs one x tile (M <= block_m) and "
                              f"k_splits=1; got M={m}, block_m={block_m}, k_splits={k_splits}")
-    ws, scales = _scale_operand(w_scale, scale_kind, n, k)
-    return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
-                   group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
-                   blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
-                   parts_sum=parts_sum, scales=scales, programs=programs,
-                   a_in_registers=a_in_registers, interpret=interpret)
 
 
 def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.Array, str]:

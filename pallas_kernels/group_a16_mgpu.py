@@ -27,13 +27,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .fp8_block_a16_mgpu import (BLOCK, COMPUTE_WGS, WG_ROWS, X_TILES, _launch,
-                                 group_tile_blocks, launch_params, stream_programs)
+from .fp8_block_a16_mgpu import (BLOCK, WG_ROWS, _launch, check_launch, group_tile_blocks,
+                                 launch_params, stream_programs)
 from .fp8_heuristics import num_sms
 from .mgpu_group_decode import FORMATS, Format
 
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
-           "group_a16_matmul_mgpu", "group_launch_params", "k_multiple", "supports",
+           "group_a16_matmul_mgpu", "group_launch_params", "with_step_blocks_of", "k_multiple",
+           "supports",
            "FOUR_BLOCK_MIN_TILES"]
 
 N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
@@ -77,27 +78,17 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     if (deterministic or FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
             or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or per_part % 4):
         return p
-    if "programs" in p:
-        p["programs"] = stream_programs(n // N_MULTIPLE, kb // 4, num_sms(), 2)
-    return {**p, "blocks_per_step": 4}
+    return with_step_blocks_of(p, n, k, 4)
 
 
-def _check_launch(p: dict, n: int, k: int) -> None:
-    """The K partition and stream a launch asks for must cut K at whole steps."""
-    kb, blocks = k // BLOCK, p.get("blocks_per_step", 1)
-    splits, parts = p["k_splits"], p["k_parts"]
-    if not all(isinstance(v, int) and v >= 1 for v in (splits, parts)) or kb % (splits * parts):
-        raise ValueError(f"k_splits * k_parts must divide K/{BLOCK}={kb}, got {splits} * {parts}")
-    if blocks not in (1, 2, 4) or (kb // splits // parts) % blocks:
-        raise ValueError(f"blocks_per_step must be 1, 2 or 4, dividing the {kb // splits // parts}"
-                         f" K-blocks of a K part, got {blocks!r}")
-    if (programs := p.get("programs")) is not None:
-        tiles = n // (p.get("compute_wgs", 2) * WG_ROWS)
-        total = tiles * (kb // blocks if parts == 1 else parts)
-        if not (isinstance(programs, int) and programs >= 1 and total % programs == 0
-                and splits == 1):
-            raise ValueError(f"programs must divide the {total} stream items (k_splits=1), got "
-                             f"{programs!r}")
+def with_step_blocks_of(p: dict, n: int, k: int, blocks: int) -> dict:
+    """Launch settings p with `blocks` K-blocks a step: a stream re-shared for the longer steps
+    (>= 8 K-blocks a CTA); K ranges and parts as they are (they must hold whole steps)."""
+    p = {**p, "blocks_per_step": blocks}
+    if "programs" in p and p.get("k_parts", 1) == 1:
+        p["programs"] = stream_programs(n // N_MULTIPLE, k // BLOCK // blocks, num_sms(),
+                                        max(1, 8 // blocks))
+    return p
 
 
 def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
@@ -148,9 +139,11 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     if unknown := set(overrides) - _SETTINGS:
         raise ValueError(f"unknown launch settings {sorted(unknown)}")
     params.update(overrides)
-    if params["block_m"] not in X_TILES or params.get("compute_wgs", 2) not in COMPUTE_WGS:
-        raise ValueError(f"block_m must be one of {X_TILES}, compute_wgs one of {COMPUTE_WGS}")
-    _check_launch(params, n, k)
+    check_launch(m, n, k, block_m=params["block_m"], k_splits=params["k_splits"],
+                 k_parts=params["k_parts"], blocks_per_step=params.get("blocks_per_step", 1),
+                 programs=params.get("programs"), compute_wgs=params.get("compute_wgs", 2),
+                 group_m=params["group_m"], parts_sum=params.get("parts_sum", "cond"),
+                 step_blocks=(1, 2, 4))
     if params["a_in_registers"] == bool(interpret):
         raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
                          "shared memory in the interpreter; a_in_registers must be "

@@ -40,6 +40,7 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .mgpu_relabel import TILE, _positions
+from .mx_decode import BF16X2_2_POW_126, e8m0_to_f32, expand_groups
 
 __all__ = ["Format", "FORMATS", "E2M1_VALUES", "register_map", "nibble_patterns",
            "decode_jnp", "decode", "scale_splat_values"]
@@ -64,7 +65,6 @@ FORMATS = {f.name: f for f in (Format("nvfp4", "e2m1", "e4m3", 16, 2.0 ** 8),
 E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
                        np.float32)
 _NVFP4_SCALE_FACTOR = 0x7A800000  # float32 2**118
-_BF16X2_2_POW_126 = 0x7E807E80
 
 
 @functools.cache
@@ -116,12 +116,9 @@ def decode_jnp(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
     (rows, fmt.scale_bytes) -> bf16 weight * scale / fmt.post_factor: the values `decode` gives,
     for the interpreter."""
     v = _e2m1_jnp(w) if fmt.elem == "e2m1" else w.astype(jnp.float32)
-    if fmt.scale == "e4m3":
-        s = lax.bitcast_convert_type(scales, jnp.float8_e4m3fn).astype(jnp.float32)
-    else:
-        u = scales.astype(jnp.int32)
-        s = jnp.where(u == 255, jnp.nan, jnp.ldexp(jnp.ones_like(u, jnp.float32), u - 127))
-    s = jnp.repeat(s, fmt.group, axis=1)
+    s = (lax.bitcast_convert_type(scales, jnp.float8_e4m3fn).astype(jnp.float32)
+         if fmt.scale == "e4m3" else e8m0_to_f32(scales))
+    s = expand_groups(s, fmt.group)
     return (v * s * (1.0 / fmt.post_factor)).astype(jnp.bfloat16)
 
 
@@ -168,7 +165,7 @@ lop3.b32 u, u, 0x01C001C0, v, 0xEA;
 }"""
 _TIMES_SCALE = {  # the pattern u -> times the splat $2 (MX: first times 2**126)
     "e4m3": "mul.rn.bf16x2 $0, u, $2;",
-    "e8m0": f"mov.b32 v, 0x{_BF16X2_2_POW_126:08X};\nmul.rn.bf16x2 u, u, v;\n"
+    "e8m0": f"mov.b32 v, 0x{BF16X2_2_POW_126:08X};\nmul.rn.bf16x2 u, u, v;\n"
             "mul.rn.bf16x2 $0, u, $2;",
 }
 

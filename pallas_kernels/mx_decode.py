@@ -89,9 +89,10 @@ mul.rn.bf16x2 $0, r, $2;
 """
 # MX scales span 2**-127..2**127: first restore code * 2**-126 to the code itself (x 2**126,
 # bf16 0x7E80), then multiply by the power of two; both products are exact.
-_PRE_UNBIAS = """
+BF16X2_2_POW_126 = 0x7E807E80  # two bf16 2**126 (also mgpu_group_decode's MX decode)
+_PRE_UNBIAS = f"""
 .reg .b32 big;
-mov.b32 big, 0x7E807E80;
+mov.b32 big, 0x{BF16X2_2_POW_126:08X};
 mul.rn.bf16x2 r, r, big;
 """
 

@@ -13,8 +13,8 @@ session 12: the codes decoded in registers) runs in default mode up to M = 256 a
 deterministic mode at every M; otherwise the Triton kernel (mx_core). In default mode from
 M = 1024 (prefill) the weight is instead dequantized exactly to bf16 in one XLA pass and
 multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, float32
-accumulation, measured faster there. pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs
-(mx_fp8mma) is available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
+accumulation, measured faster there. pallas_kernels.fp4_matmul.mgpu_path is the rule.
+MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
 same `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
 reference's codes bit for bit, and are handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
@@ -176,7 +176,8 @@ NVFP4 = register_kernel(Kernel(
     name="pallas_nvfp4",
     impl=_impl,
     honours=((_W_NVFP4, WEIGHT_ONLY), (_W_NVFP4, _A_NVFP4)),
-    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) "
+                "NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
                 "by the reference rule in a fused XLA pre-pass",
     **HOPPER_PALLAS,
@@ -186,7 +187,8 @@ MXFP4 = register_kernel(Kernel(
     name="pallas_mxfp4",
     impl=_impl,
     honours=((_W_MXFP4, WEIGHT_ONLY), (_W_MXFP4, _A_MXFP4)),
-    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) "
+                "MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **HOPPER_PALLAS,
 ))
@@ -195,7 +197,8 @@ MXFP8 = register_kernel(Kernel(
     name="pallas_mxfp8",
     impl=_impl,
     honours=((_W_MXFP8, WEIGHT_ONLY), (_W_MXFP8, _A_MXFP8)),
-    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) MXFP8: e4m3 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) "
+                "MXFP8: e4m3 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **HOPPER_PALLAS,
 ))

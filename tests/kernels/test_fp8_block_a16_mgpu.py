@@ -426,7 +426,7 @@ def test_rejects_bad_operands(rng):
     with pytest.raises(ValueError, match="group_m"):
         fp8_block_a16_matmul_mgpu(x, w, ws, group_m=0)
     with pytest.raises(ValueError, match=r"blocks_per_step must be 1, or 2 where a K part "
-                                         r"holds an even number of K-blocks \(1\)"):
+                                         r"holds a multiple of it \(1 K-blocks\), got 2"):
         fp8_block_a16_matmul_mgpu(x, w, ws, k_splits=2, blocks_per_step=2)
     with pytest.raises(ValueError, match=r"programs must be a positive int dividing the 2 "
                                          r"pipeline steps \(weight tiles x K-steps\), got 3"):

@@ -150,10 +150,10 @@ def test_bad_operands_name_what_is_wrong(rng):
     with pytest.raises(ValueError, match="w_scale must be float8_e4m3fn"):
         nvfp4_a16_matmul_mgpu(x, packed, scale.astype(jnp.float32), col, post="div",
                               interpret=True)
-    with pytest.raises(ValueError, match="blocks_per_step must be 1, 2 or 4"):
+    with pytest.raises(ValueError, match="blocks_per_step must be 1, or 2 or 4 where a K part holds a multiple"):
         nvfp4_a16_matmul_mgpu(x, packed, scale, col, post="div", interpret=True,
                               blocks_per_step=4, k_splits=2)
-    with pytest.raises(ValueError, match="programs must divide"):
+    with pytest.raises(ValueError, match="programs must be a positive int dividing the 8 pipeline steps"):
         nvfp4_a16_matmul_mgpu(x, packed, scale, col, post="div", interpret=True, programs=3)
     with pytest.raises(ValueError, match="w must be uint8"):
         nvfp4_a16_matmul_mgpu(x, packed[:, :128], scale, col, post="div", interpret=True)
