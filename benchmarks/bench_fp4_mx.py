@@ -12,7 +12,8 @@ the same process), adding what the group-scaled kernels need to be judged:
         --m 1,16,64,256,1024,4096,16384       # the issue's grid: auto kernels and baselines
     parts: decode (M=1,16 variants), large (M=4096), mid (M=64/256 tiles), det (det-mode K
     schedules at M=1..4096), mgpu (NVFP4's Mosaic kernel vs its Triton one, M=1..256), mgpu_mx (the same for MX), mgpu4
-    (the Mosaic kernel with 4 K-blocks a step), grid.
+    (the Mosaic kernel with 4 K-blocks a step), mgpuw (its e2m1 codes read 8 a load,
+    a_load="words", beside the dispatcher's), grid.
 """
 
 from __future__ import annotations
@@ -202,6 +203,47 @@ def _mgpu_blocks_op(blocks: int) -> bench.Op:
     return bench.Op(f"var[mgpu-{blocks}blocks]", "nvfp4_a16", "default", fn, max_m=64)
 
 
+def mgpu_words_ops(k: int, n: int) -> list[bench.Op]:
+    """The Mosaic kernel reading its e2m1 codes as 32-bit words (a_load="words":
+    mgpu_group_decode.decode_words) beside the dispatcher's byte loads, same launch.
+    Why: the 4-bit decode is bound by instructions per weight, not bytes (session 9: int4
+    stream DRAM 53%, ALU 56%; session 12: BW 0.3-0.65 at M=1). Words cut a thread's shared
+    loads from 32 to 8 a K-block, drop the byte extraction, and halve NVFP4's scale
+    conversions (a thread meets 4 groups of a row, not 8): ~25% fewer instructions a weight.
+    Prediction: +10-20% at M=1 and 16 on the large shapes, less at M=64; the x permutation
+    it needs is one more small XLA pass (~1-2 us at M=1, visible on the small shapes)."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp4_a16"):  # (auto: words where WORDS_MIN_WEIGHTS says)
+        ops += [_auto(fmt), _mgpu_group_op(fmt, "words", a_load="words"),
+                _mgpu_group_op(fmt, "bytes", a_load="wgmma")]
+    return ops
+
+
+def _mgpu_group_op(fmt: str, tag: str, **overrides) -> bench.Op:
+    """fmt's weight-only matmul on the Mosaic kernel with the dispatcher's launch
+    (group_launch_params) plus `overrides`."""
+    from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
+    from pallas_kernels.fp4_matmul import GROUP_FORMAT
+    from pallas_kernels.group_a16_mgpu import group_a16_matmul_mgpu, group_launch_params
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        (m, _), (n, k) = x.shape, qw.storage_shape
+        wk = qw.spec.weight
+        g = GROUP_FORMAT["e2m1" if wk.is_fp4 else "e4m3",
+                         "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
+        p = {key: v for key, v in group_launch_params(m, n, k, interpret, fmt=g).items()
+             if key != "a_in_registers"}
+        kw = {}
+        if g == "nvfp4":
+            col, post = nvfp4_post_scale(qw, qw.spec)
+            kw = dict(col_scale=col, post=post)
+        return qw.trim_rows(group_a16_matmul_mgpu(g, x, qw.data, qw.scale, interpret=interpret,
+                                                  **kw, **{**p, **overrides}))
+    return bench.Op(f"var[mgpu-{tag}]", fmt, "default", fn, max_m=256)
+
+
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
 
 
@@ -247,6 +289,8 @@ def main(argv=None) -> int:
                 k, n, ("mxfp4_a16", "mxfp4", "mxfp8_a16"))))
         elif part == "mgpu4":
             plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_blocks_ops))
+        elif part == "mgpuw":
+            plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_words_ops))
         elif part == "mid":
             plan.append((MID_SHAPES, (64, 256), mid_ops))
         elif part == "det":

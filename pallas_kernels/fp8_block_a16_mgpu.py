@@ -57,8 +57,8 @@ from .common import cdiv, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
 from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
-from .mgpu_group_decode import decode_jnp as decode_groups_jnp
-from .mgpu_relabel import permute_k, relabel
+from .mgpu_group_decode import decode_jnp as decode_groups_jnp, decode_words
+from .mgpu_relabel import permute_cols, permute_k, relabel
 from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
                           store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
                           weight_scale_rows, zero_total)
@@ -85,8 +85,9 @@ TWO_BLOCK_MAX_X_TILE = 16  # launch_params: two K-blocks per step up to this x t
 # step, consecutive steps share a tile
 def group_tile_blocks(blocks: int, scale_bytes: int) -> int:
     return max(blocks, 16 // scale_bytes)
-# how a warpgroup reads its weight tile (see a_load)
+# how a warpgroup reads its weight tile (see a_load; "words": group_a16_mgpu's e2m1 codes)
 A_LOADS = ("wgmma", "relabel_4x")
+GROUP_A_LOADS = ("wgmma", "words")
 PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
@@ -163,6 +164,12 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                     if not a_in_registers:  # the interpreter: the same values by jnp
                         w = decode_groups_jnp(w_smem[rows, cols], ws_smem[rows, pl.ds(off, gb)],
                                               fmt)
+                        if a_load == "words":  # the columns as decode_words hands them over
+                            w = permute_cols(w, "halves")
+                    elif a_load == "words":  # 8 codes a load, K permuted (x alike: _launch)
+                        w = decode_words(plgpu.load(w_smem.at[rows, cols],
+                                                    layout=plgpu.Layout.WGMMA_UPCAST_4X),
+                                         ws_smem.at[rows, pl.ds(off, gb)], fmt)
                     elif fmt.elem == "e2m1":
                         w = decode_groups(plgpu.load(w_smem.at[rows, cols],
                                                      layout=plgpu.Layout.WGMMA),
@@ -821,6 +828,11 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         x = permute_k(x)
         if interpret:  # the interpreter cannot run inline Mosaic GPU: the same tile, by jnp
             w, a_load = permute_k(w), "wgmma"
+    elif a_load == "words":  # e2m1 codes (scales="groups"); the kernel permutes in both modes
+        if scales != "groups" or GROUP_FORMATS[group_fmt].elem != "e2m1":
+            raise ValueError("a_load='words' reads e2m1 codes (group_a16_mgpu), got "
+                             f"{w.dtype} weights with scales={scales!r}")
+        x = permute_k(x, "halves")
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32

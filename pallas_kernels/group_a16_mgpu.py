@@ -27,20 +27,20 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .fp8_block_a16_mgpu import (BLOCK, WG_ROWS, _launch, check_launch, group_tile_blocks,
-                                 launch_params, stream_programs)
+from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_launch,
+                                 group_tile_blocks, launch_params, stream_programs)
 from .fp8_heuristics import num_sms
 from .mgpu_group_decode import FORMATS, Format
 
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
            "group_a16_matmul_mgpu", "group_launch_params", "with_step_blocks_of", "k_multiple",
            "supports",
-           "FOUR_BLOCK_MIN_TILES"]
+           "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS"]
 
 N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
 # launch settings that describe how K and the tiles are cut (overriding any replaces them all)
 PARTITION = {"block_m", "k_splits", "k_parts", "programs", "blocks_per_step", "parts_sum"}
-_SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs"}
+_SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs", "a_load"}
 
 
 def k_multiple(fmt: str) -> int:
@@ -66,13 +66,26 @@ def supports(fmt: str, m: int, n: int, k: int, x_dtype) -> str | None:
 FOUR_BLOCK_MIN_TILES = 64
 
 
+# e2m1 codes read as 32-bit words (a_load="words": mgpu_group_decode.decode_words, x permuted
+# by one small XLA pass) from this many weights N * K, in both modes and at every M (a function
+# of (N, K): deterministic mode's K order stays independent of M). H200, session 13
+# (bench_fp4_mx.py --parts mgpuw, 11 shapes, M = 1 / 16 / 64, same run, over byte loads):
+# NVFP4 +2-20% from 8192x8192 on (8192x57344 +14-20%, 28672x8192 +8-16%), 2-12% slower below
+# (4096x4096: the x pass, ~0.8 us, against a ~9 us product); MXFP4 (no scale conversions
+# saved: a thread meets 4 of its groups either way) +2-10% from 7168x24576 on, -5..+5% below.
+WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
+
+
 def group_launch_params(m: int, n: int, k: int, interpret: bool,
                         deterministic: bool = False, fmt: str = "nvfp4") -> dict:
     """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
     FOUR_BLOCK_MIN_TILES says (a stream re-shared for the longer steps: >= 8 K-blocks a CTA;
-    K ranges only where each holds whole steps). Deterministic mode keeps launch_params' (its
-    sums are the same either way, and its launch is the fp8 kernel's)."""
+    K ranges only where each holds whole steps), and e2m1 codes read as words where
+    WORDS_MIN_WEIGHTS says. Deterministic mode keeps launch_params' partition (its sums are
+    the same either way, and its launch is the fp8 kernel's)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic)
+    if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
+        p["a_load"] = "words"
     kb = k // BLOCK
     per_part = kb // p.get("k_splits", 1) // p.get("k_parts", 1)
     if (deterministic or FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
@@ -101,7 +114,8 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     w_scale uint8 e8m0 (N, K/32)) or "mxfp8" (w e4m3 (N, K), w_scale uint8 (N, K/32)).
     deterministic: det_params' launch, whose K order is a function of K alone (as for fp8).
     overrides: launch settings of fp8_block_a16_matmul_mgpu (block_m, k_splits, k_parts,
-    programs, blocks_per_step -- here also 4 --, stages, parts_sum, group_m, a_in_registers)
+    programs, blocks_per_step -- here also 4 --, stages, parts_sum, group_m, a_in_registers;
+    a_load "wgmma" (byte loads) or "words" (e2m1 codes, 8 a load, K permuted))
     on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
     given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,
     one K-block a step)."""
@@ -144,6 +158,10 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                  programs=params.get("programs"), compute_wgs=params.get("compute_wgs", 2),
                  group_m=params["group_m"], parts_sum=params.get("parts_sum", "cond"),
                  step_blocks=(1, 2, 4))
+    a_load = params.get("a_load", "wgmma")
+    if a_load not in GROUP_A_LOADS or (a_load == "words" and f.elem != "e2m1"):
+        raise ValueError(f"a_load must be one of {GROUP_A_LOADS} ('words': e2m1 codes only), "
+                         f"got {a_load!r} for {fmt}")
     if params["a_in_registers"] == bool(interpret):
         raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
                          "shared memory in the interpreter; a_in_registers must be "

@@ -23,6 +23,15 @@ GPU only; the interpreter computes the same values with jnp, `decode_jnp`):
 Register layout: the tile (64 rows, 128 K) in Layout.WGMMA, two consecutive K values per
 register; thread t holds rows (t // 32) * 16 + (t % 32) // 4 and that + 8, register i at row
 offset 8 * (i % 2) and column 8 * (i // 2) + 2 * (t % 4) (`register_map`, checked by tests).
+
+`decode_words` reads the codes as Layout.WGMMA_UPCAST_4X instead: 8 consecutive codes of a row
+per 32-bit load (8 loads a thread and K-block instead of 32 byte loads). Codes j and j + 4 of a
+word sit at the same place of its two 16-bit halves, so one shift and mask turn both into
+their bf16 patterns (shift, shift, and, lop3 per pair, as the byte decode, without the byte's
+extraction); the pairs are handed to wgmma as its registers with the K columns permuted
+(mgpu_relabel, pairing "halves"), x permuted alike by the caller. A thread's 8 codes lie in one
+group, and a thread meets 4 of a K-block's groups per row instead of all: half NVFP4's scale
+conversions.
 """
 
 from __future__ import annotations
@@ -42,8 +51,9 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .mgpu_relabel import TILE, _positions
 from .mx_decode import BF16X2_2_POW_126, e8m0_to_f32, expand_groups
 
-__all__ = ["Format", "FORMATS", "E2M1_VALUES", "register_map", "nibble_patterns",
-           "decode_jnp", "decode", "scale_splat_values"]
+__all__ = ["Format", "FORMATS", "E2M1_VALUES", "register_map", "word_register_map",
+           "nibble_patterns", "word_patterns", "decode_jnp", "decode", "decode_words",
+           "scale_splat_values"]
 
 
 class Format(NamedTuple):
@@ -83,6 +93,41 @@ def register_map(group: int) -> tuple[np.ndarray, np.ndarray]:
             and set(np.unique(offset)) == {0, 8}):
         raise AssertionError("Layout.WGMMA's registers differ between threads")
     return offset[0], grp[0]
+
+
+@functools.cache
+def word_register_map() -> np.ndarray:
+    """Column of the first code of each register of a thread's (64, 128) tile in
+    Layout.WGMMA_UPCAST_4X, less 8 * (t % 4) (the same for every thread); raises if the
+    layout is not what decode_words assumes (rows base(t) + 8 * (i % 2), 8 consecutive codes
+    from column 32 * (i // 2) + 8 * (t % 4))."""
+    layout = fa.WGMMA_LAYOUT_UPCAST_4X
+    vec = layout.vector_length
+    pos = _positions(layout).reshape(128, -1, vec)  # (threads, registers, codes)
+    rows, cols = pos // TILE[1], pos % TILE[1]
+    t = np.arange(128)[:, None]
+    i = np.arange(pos.shape[1])[None, :]
+    base = (t // 32) * 16 + (t % 32) // 4
+    first = 32 * (i // 2) + 8 * (t % 4)
+    if not (vec == 8 and np.array_equal(rows, np.broadcast_to((base + 8 * (i % 2))[..., None],
+                                                               rows.shape))
+            and np.array_equal(cols, first[..., None] + np.arange(vec))):
+        raise AssertionError("Layout.WGMMA_UPCAST_4X is not the layout decode_words assumes")
+    return first[0]
+
+
+def word_patterns(q: np.ndarray) -> np.ndarray:
+    """decode_words' integer step on 32-bit words q of 8 codes (code j in bits 4j..4j+3):
+    (..., 4) bf16x2 patterns, pair j = codes j (low half) and j + 4 (high half)."""
+    q = q.astype(np.uint32)[..., None]
+    j = np.arange(4, dtype=np.int64)
+    mag_shift, sign_shift = 6 - 4 * j, 12 - 4 * j
+
+    def shift(v, by):
+        return np.where(by >= 0, v << np.maximum(by, 0).astype(np.uint32),
+                        v >> np.maximum(-by, 0).astype(np.uint32)).astype(np.uint32)
+    return ((shift(q, mag_shift) & np.uint32(0x01C001C0))
+            | (shift(q, sign_shift) & np.uint32(0x80008000)))
 
 
 def nibble_patterns(b: np.ndarray) -> np.ndarray:
@@ -170,6 +215,24 @@ _TIMES_SCALE = {  # the pattern u -> times the splat $2 (MX: first times 2**126)
 }
 
 
+# codes j and j + 4 of word $4 -> pair j ($j) times the splat $5 (MX: first times 2**126)
+_WORD_PTX = "{\n.reg .b32 a, b, c;\n" + "".join(f"""{"shl" if 6 - 4 * j > 0 else "shr"}.b32 a, $4, {abs(6 - 4 * j)};
+{f"shl.b32 b, $4, {12 - 4 * j};" if j < 3 else "mov.b32 b, $4;"}
+and.b32 b, b, 0x80008000;
+lop3.b32 a, a, 0x01C001C0, b, 0xEA;
+%(times{j})s
+""" for j in range(4)) + "}"
+_WORD_TIMES = {
+    "e4m3": "mul.rn.bf16x2 $%d, a, $5;",
+    "e8m0": f"mov.b32 c, 0x{BF16X2_2_POW_126:08X};\nmul.rn.bf16x2 a, a, c;\n"
+            "mul.rn.bf16x2 $%d, a, $5;",
+}
+
+
+def _word_ptx(scale: str) -> str:
+    return _WORD_PTX % {f"times{j}": _WORD_TIMES[scale] % j for j in range(4)}
+
+
 def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
     """w: int4 codes (e2m1 formats) or bf16 values (e4m3, converted exactly), (64, 128) in
     Layout.WGMMA (a warpgroup's K-block); scales: a shared-memory ref (64, fmt.scale_bytes)
@@ -216,6 +279,66 @@ def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
                                             mgpu_utils.bitcast(reg, i32), splat,
                                             result_types=i32)
             regs.flat[i] = mgpu_utils.bitcast(val, bf16x2)
+        return fa.FragmentedArray(_registers=regs, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
+
+    return body(w, scales)
+
+
+def decode_words(w: jax.Array, scales, fmt: Format) -> jax.Array:
+    """w: int4 codes (64, 128) in Layout.WGMMA_UPCAST_4X (a warpgroup's K-block); scales: a
+    shared-memory ref (64, fmt.scale_bytes) uint8 -> bf16 weight * scale / fmt.post_factor in
+    Layout.WGMMA with the K columns permuted as mgpu_relabel.permute_k(..., "halves") shows
+    them (x must be permuted alike). e2m1 formats; GPU only (inline Mosaic GPU)."""
+    from .mgpu_relabel import pair_slots
+    if fmt.elem != "e2m1":
+        raise ValueError(f"decode_words decodes e2m1 codes, not {fmt.elem} ({fmt.name})")
+    word_register_map()  # the layout it assumes, or an error at trace time
+    slots = pair_slots("halves")
+    out = plgpu.ShapeDtypeStruct(TILE, jnp.bfloat16, layout=plgpu.Layout.WGMMA)
+    per_group = fmt.group // 8  # 8-code chunks per group: NVFP4 2 (a thread's parity), MX 4
+    ptx = _word_ptx(fmt.scale)
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA_UPCAST_4X, plgpu.RefType()),
+                       return_type=out)
+    def body(ctx, arr, ref):
+        del ctx
+        from jax._src.lib.mlir import ir
+        from jax._src.lib.mlir.dialects import arith, vector
+        i8, i32 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(32)
+        index = ir.IndexType.get()
+        c = mgpu_utils.c
+        t = arith.remui(mgpu_utils.thread_idx(), c(128, i32))
+        base = arith.addi(arith.muli(arith.divui(t, c(32, i32)), c(16, i32)),
+                          arith.divui(arith.remui(t, c(32, i32)), c(4, i32)))
+        words = fmt.scale_bytes // 4
+        splats = {}  # (row offset, j) -> the splat of register pair j's group (i // 2 == j)
+        for off in (0, 8):
+            row = arith.index_cast(index, arith.addi(base, c(off, i32)))
+            raw = vector.load(ir.VectorType.get((fmt.scale_bytes,), i8), ref,
+                              [row, arith.constant(index, 0)])
+            packed = mgpu_utils.bitcast(raw, ir.VectorType.get((words,), i32))
+            word = [vector.extract(packed, dynamic_position=[],
+                                   static_position=ir.DenseI64ArrayAttr.get([wi]))
+                    for wi in range(words)]
+            if per_group == 2:  # NVFP4: this thread's groups are 2j + (t % 4) // 2
+                odd = arith.divui(arith.remui(t, c(4, i32)), c(2, i32))
+                sel = arith.addi(c(0x6420, i32), arith.muli(odd, c(0x1111, i32)))
+                mine = mgpu_utils.inline_ptx("prmt.b32 $0, $1, $2, $3;", word[0], word[1], sel,
+                                             result_types=i32)
+            else:  # MX: group j of the row for every thread
+                mine = word[0]
+            scale_ptx = _NVFP4_SCALES_PTX if fmt.scale == "e4m3" else _E8M0_SCALES_PTX
+            for j, val in enumerate(mgpu_utils.inline_ptx(scale_ptx, mine,
+                                                          result_types=[i32] * 4)):
+                splats[off, j] = val
+        bf16x2 = ir.VectorType.get((2,), ir.BF16Type.get())
+        regs = np.empty(fa.WGMMA_LAYOUT.registers_shape(TILE), dtype=object)
+        for i, reg in enumerate(arr.registers.flat):
+            q = mgpu_utils.bitcast(reg, i32)
+            pairs = mgpu_utils.inline_ptx(ptx, q, splats[8 * (i % 2), i // 2],
+                                          result_types=[i32] * 4)
+            for j, val in enumerate(pairs):
+                regs.flat[slots[4 * i + j]] = mgpu_utils.bitcast(val, bf16x2)
         return fa.FragmentedArray(_registers=regs, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
 
     return body(w, scales)

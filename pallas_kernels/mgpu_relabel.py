@@ -26,9 +26,20 @@ from jax.experimental.mosaic.gpu import fragmented_array as fa
 from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-__all__ = ["TILE", "column_permutation", "permute_k", "relabel"]
+__all__ = ["TILE", "PAIRINGS", "column_permutation", "permute_k", "permute_cols", "relabel",
+           "pair_slots"]
 
 TILE = (64, 128)  # one compute warpgroup's weight tile (rows, K)
+# How the 8 values of an UPCAST_4X register are cut into the pairs wgmma's registers hold:
+# "consecutive" (v0 v1, v2 v3, ...: 8-bit weights, relabel) or "halves" (v0 v4, v1 v5, ...:
+# 4-bit codes decoded from one 32-bit word, mgpu_group_decode.decode_words -- each pair's
+# codes sit at the same place in the word's two 16-bit halves, so one shift and mask decode
+# both)
+PAIRINGS = {"consecutive": (0, 1, 2, 3, 4, 5, 6, 7), "halves": (0, 4, 1, 5, 2, 6, 3, 7)}
+# the same permutations as reshape / transpose (a kernel may not close over index arrays):
+# column c of a 32-column chunk, written as digits of `shape`, goes to the digits in `axes`
+# order (checked against column_permutation by tests)
+_AS_TRANSPOSE = {"consecutive": ((4, 4, 2), (1, 0, 2)), "halves": ((4, 2, 4), (2, 0, 1))}
 
 
 def _positions(layout: fa.TiledLayout, shape=TILE) -> np.ndarray:
@@ -57,9 +68,12 @@ def _positions(layout: fa.TiledLayout, shape=TILE) -> np.ndarray:
 
 
 @functools.cache
-def _mapping() -> tuple[dict[int, int], np.ndarray]:
-    """(pair slot of UPCAST_4X -> register of WGMMA, column map P) or an error."""
+def _mapping(pairing: str = "consecutive") -> tuple[dict[int, int], np.ndarray]:
+    """(pair slot of UPCAST_4X -> register of WGMMA, column map P) or an error. Pair slot s is
+    register s // 4's pair s % 4 in `pairing`'s order."""
     src, dst = _positions(fa.WGMMA_LAYOUT_UPCAST_4X), _positions(fa.WGMMA_LAYOUT)
+    vec = fa.WGMMA_LAYOUT_UPCAST_4X.vector_length
+    src = src.reshape(128, -1, vec)[:, :, list(PAIRINGS[pairing])]
     pairs_src, pairs_dst = src.reshape(128, -1, 2), dst.reshape(128, -1, 2)
     slots, cols = None, {}
     for t in range(128):
@@ -84,18 +98,32 @@ def _mapping() -> tuple[dict[int, int], np.ndarray]:
     return slots, np.array([cols[c] for c in range(TILE[1])])
 
 
-def column_permutation() -> np.ndarray:
+def column_permutation(pairing: str = "consecutive") -> np.ndarray:
     """P (128,): the weight value at column c of a K-block is seen by the MMA at column P[c]."""
-    return _mapping()[1]
+    return _mapping(pairing)[1]
 
 
-def permute_k(a: jax.Array) -> jax.Array:
+def pair_slots(pairing: str) -> dict[int, int]:
+    """pair slot (register s // 4, its pair s % 4 in `pairing`'s order) -> WGMMA register."""
+    return _mapping(pairing)[0]
+
+
+def permute_cols(a: jax.Array, pairing: str) -> jax.Array:
+    """permute_k of a (rows, 128) tile by reshapes and a transpose: usable inside a kernel
+    (the interpreter's route)."""
+    shape, axes = _AS_TRANSPOSE[pairing]
+    rows = a.shape[0]
+    t = a.reshape(rows, TILE[1] // 32, *shape)
+    return t.transpose(0, 1, *(2 + i for i in axes)).reshape(rows, TILE[1])
+
+
+def permute_k(a: jax.Array, pairing: str = "consecutive") -> jax.Array:
     """a (rows, K) with every 128-column K-block permuted as relabel() shows the weight to the
     MMA: a'[:, P[c]] = a[:, c]. Applied to x it keeps the product (sum_c w[n, c] x[m, c] =
     sum_p w'[n, p] x'[m, p]); applied to w it gives the tile relabel() hands over, which is how
     the interpreter (no inline Mosaic GPU) runs the same arithmetic."""
     rows, k = a.shape
-    inverse = np.argsort(column_permutation())
+    inverse = np.argsort(column_permutation(pairing))
     return a.reshape(rows, k // TILE[1], TILE[1])[:, :, inverse].reshape(rows, k)
 
 

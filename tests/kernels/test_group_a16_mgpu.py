@@ -15,7 +15,8 @@ from pallas_kernels.fp8_block_a16_mgpu import launch_params
 from pallas_kernels.group_a16_mgpu import (group_a16_matmul_mgpu, group_launch_params,
                                            nvfp4_a16_matmul_mgpu)
 from pallas_kernels.mgpu_group_decode import (E2M1_VALUES, FORMATS, decode_jnp, nibble_patterns,
-                                              register_map, scale_splat_values)
+                                              register_map, scale_splat_values,
+                                              word_patterns, word_register_map)
 
 NVFP4 = FORMATS["nvfp4"]
 POST_FACTOR = NVFP4.post_factor
@@ -159,6 +160,86 @@ def test_bad_operands_name_what_is_wrong(rng):
         nvfp4_a16_matmul_mgpu(x, packed[:, :128], scale, col, post="div", interpret=True)
 
 
+def test_word_patterns_pair_codes_j_and_j_plus_4_for_every_code():
+    """decode_words' integer step: in every word, pair j's halves are the byte decode's
+    patterns of codes j and j + 4 -- each of the 16 codes at each of the 8 places."""
+    rng = np.random.default_rng(7)
+    q = rng.integers(0, 2 ** 32, 4096, dtype=np.uint64).astype(np.uint32)
+    q[:16] = np.uint32(0x11111111) * np.arange(16, dtype=np.uint32)  # every code everywhere
+    codes = (q[:, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15
+    got = word_patterns(q)
+    for j in range(4):
+        want = nibble_patterns(codes[:, j] | (codes[:, j + 4] << 4))
+        np.testing.assert_array_equal(got[:, j], want)
+
+
+def test_word_register_map_and_the_halves_permutation():
+    """UPCAST_4X gives a thread 8 consecutive codes a register (rows base, base + 8); the
+    'halves' pairing is one column permutation, the same as its reshape form; a thread's 8
+    codes lie in one NVFP4 / MX group."""
+    from pallas_kernels.mgpu_relabel import PAIRINGS, column_permutation, permute_cols, permute_k
+    first = word_register_map()
+    np.testing.assert_array_equal(first, [0, 0, 32, 32, 64, 64, 96, 96])
+    for pairing in PAIRINGS:
+        p = column_permutation(pairing)
+        assert sorted(p) == list(range(128))
+        a = np.arange(2 * 256).reshape(2, 256).astype(np.float32)
+        via_index = np.asarray(permute_k(jnp.asarray(a), pairing))
+        np.testing.assert_array_equal(via_index[:, :128][:, p], a[:, :128])
+        np.testing.assert_array_equal(np.asarray(permute_cols(jnp.asarray(a[:, :128]), pairing)),
+                                      via_index[:, :128])
+    assert all((c // 16) == (c + 7) // 16 for c in range(0, 128, 8))
+
+
+@pytest.mark.parametrize("fmt,m,launch", [
+    ("nvfp4", 1, {}), ("nvfp4", 5, dict(block_m=16, blocks_per_step=1)),
+    ("nvfp4", 4, dict(block_m=8, blocks_per_step=4, programs=4)),
+    ("mxfp4", 3, dict(block_m=16, k_splits=2, blocks_per_step=1))])
+def test_interpreter_word_loads_match_the_float64_reference(rng, fmt, m, launch):
+    """a_load='words': the tile's K columns permuted as decode_words hands them over, x
+    permuted alike -- the same products."""
+    n, k = 256, 1024
+    if fmt == "nvfp4":
+        x, packed, scale, col = _operands(rng, m, n, k)
+        got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                                    jnp.asarray(col), post="div", interpret=True,
+                                    a_load="words", **launch)
+        want = _reference(x, packed, scale, col, "div")
+    else:
+        x, w, scale = _mx_operands(rng, fmt, m, n, k)
+        got = group_a16_matmul_mgpu(fmt, jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale),
+                                    interpret=True, a_load="words", **launch)
+        want = _mx_reference(fmt, x, w, scale)
+    assert got.shape == (m, n)
+    _check(got, want)
+
+
+def test_word_loads_refuse_8_bit_codes(rng):
+    x, w, scale = (jnp.asarray(a) for a in _mx_operands(rng, "mxfp8", 1, 256, 512))
+    with pytest.raises(ValueError, match="'words': e2m1 codes only"):
+        group_a16_matmul_mgpu("mxfp8", x, w, scale, interpret=True, a_load="words")
+    with pytest.raises(ValueError, match="a_load must be one of"):
+        group_a16_matmul_mgpu("mxfp8", x, w, scale, interpret=True, a_load="relabel_4x")
+
+
+@pytest.mark.parametrize("fmt,m,n,k", [("nvfp4", 1, 4096, 4096), ("nvfp4", 16, 24576, 7168),
+                                       ("mxfp4", 1, 8192, 8192)])
+def test_word_loads_lower_for_cuda_on_cpu(fmt, m, n, k):
+    x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k // 2), jnp.uint8)
+    if fmt == "nvfp4":
+        s = jax.ShapeDtypeStruct((n, k // 16), jnp.float8_e4m3fn)
+        c = jax.ShapeDtypeStruct((n,), jnp.float32)
+        f = jax.jit(lambda *a: nvfp4_a16_matmul_mgpu(*a, post="div", a_load="words"))
+        args = (x, w, s, c)
+    else:
+        s = jax.ShapeDtypeStruct((n, k // 32), jnp.uint8)
+        f = jax.jit(lambda *a: group_a16_matmul_mgpu(fmt, *a, a_load="words"))
+        args = (x, w, s)
+    text = f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text and "lop3.b32 a, a, 0x01C001C0, b, 0xEA" in text
+
+
 @pytest.mark.parametrize("m,n,k,deterministic", [(1, 4096, 4096, False), (16, 14336, 4096, False),
                                                  (64, 8192, 8192, False),
                                                  (1, 24576, 7168, False),
@@ -188,22 +269,42 @@ def test_gpu_matches_the_reference(rng, m, n, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("m", [1, 16, 64])
+@pytest.mark.parametrize("n,k", [(8192, 8192), (4096, 14336)])
+def test_gpu_word_loads_match_the_reference(rng, fmt, m, n, k):
+    """a_load='words' with the dispatcher's launch (8192x8192 at M <= 16: 4 K-blocks a step)."""
+    if fmt == "nvfp4":
+        x, packed, scale, col = _operands(rng, m, n, k)
+        got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                                    jnp.asarray(col), post="mul", a_load="words")
+        _check(got, _reference(x, packed, scale, col, "mul", np.float32))
+    else:
+        x, w, scale = _mx_operands(rng, fmt, m, n, k)
+        got = group_a16_matmul_mgpu(fmt, jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale),
+                                    a_load="words")
+        _check(got, _mx_reference(fmt, x, w, scale, np.float32))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("launch", [dict(block_m=16, k_splits=4), dict(block_m=8, programs=64),
                                     dict(block_m=16, k_parts=4, programs=32, parts_sum="store"),
                                     dict(block_m=64, k_parts=2),
                                     dict(block_m=8, blocks_per_step=1),
                                     dict(block_m=16, blocks_per_step=4, programs=128)])
-def test_gpu_launches_match_the_reference(rng, launch):
+@pytest.mark.parametrize("a_load", ["wgmma", "words"])
+def test_gpu_launches_match_the_reference(rng, launch, a_load):
     m, n, k = 5, 4096, 4096
     x, packed, scale, col = _operands(rng, m, n, k)
     got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
-                                jnp.asarray(col), post="div", **launch)
+                                jnp.asarray(col), post="div", a_load=a_load, **launch)
     _check(got, _reference(x, packed, scale, col, "div", np.float32))
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("a_load", ["wgmma", "words"])
 @pytest.mark.parametrize("blocks", [1, 2])
-def test_gpu_decode_is_exact(rng, blocks):
+def test_gpu_decode_is_exact(rng, blocks, a_load):
     """One-hot activation rows pick single weights: y[i, n] = e2m1 * s (exact in float32) times
     the global, one float32 rounding -- bitwise what numpy gives, for every code of the tile."""
     n, k, m = 256, 512, 64
@@ -213,7 +314,7 @@ def test_gpu_decode_is_exact(rng, blocks):
     x[np.arange(m), hot] = 1
     got = nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
                                 jnp.asarray(col), post="mul", out_dtype=jnp.float32,
-                                block_m=64, blocks_per_step=blocks)
+                                block_m=64, blocks_per_step=blocks, a_load=a_load)
     codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, k)
     w = (E2M1_VALUES[codes].astype(np.float64)
          * np.repeat(scale.astype(np.float64), 16, axis=1)).astype(np.float32)
@@ -232,10 +333,25 @@ def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
     assert nvfp4_launch_params(1, 4096, 4096, False).get("blocks_per_step", 1) != 4
     assert nvfp4_launch_params(64, 28672, 8192, False).get("blocks_per_step", 1) != 4
     det = nvfp4_launch_params(1, 28672, 8192, False, deterministic=True)
-    assert det == launch_params(1, 28672, 8192, False, deterministic=True)
+    assert det == {**launch_params(1, 28672, 8192, False, deterministic=True), "a_load": "words"}
     # 8-bit codes keep the fp8 kernel's launch
     assert group_launch_params(1, 8192, 8192, False, fmt="mxfp8") == launch_params(
         1, 8192, 8192, False)
+
+
+def test_launch_rule_words_by_weight_count_alone():
+    """a_load='words' from WORDS_MIN_WEIGHTS weights, at every M and in both modes (a function
+    of (N, K): deterministic rows keep one K order at every M); never for 8-bit codes."""
+    from pallas_kernels.group_a16_mgpu import WORDS_MIN_WEIGHTS
+    for fmt, (n, k) in (("nvfp4", (8192, 8192)), ("mxfp4", (24576, 7168))):
+        assert n * k >= WORDS_MIN_WEIGHTS[fmt]
+        for m in (1, 16, 64, 256, 4096):
+            for det in (False, True):
+                assert group_launch_params(m, n, k, False, deterministic=det,
+                                           fmt=fmt)["a_load"] == "words"
+    assert "a_load" not in group_launch_params(1, 4096, 4096, False, fmt="nvfp4")
+    assert "a_load" not in group_launch_params(1, 8192, 8192, False, fmt="mxfp4")
+    assert "a_load" not in group_launch_params(1, 57344, 8192, False, fmt="mxfp8")
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8_a16",
@@ -346,8 +462,9 @@ def test_gpu_mx_matches_the_reference(rng, fmt, m, n, k):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
-def test_gpu_mx_decode_is_exact(rng, fmt):
+@pytest.mark.parametrize("fmt,a_load", [("mxfp4", "wgmma"), ("mxfp4", "words"),
+                                        ("mxfp8", "wgmma")])
+def test_gpu_mx_decode_is_exact(rng, fmt, a_load):
     """One-hot rows pick single weights: code * 2**(u-127), exact in float32, bitwise."""
     n, k, m = 256, 512, 64
     _, w, scale = _mx_operands(rng, fmt, m, n, k)
@@ -355,7 +472,8 @@ def test_gpu_mx_decode_is_exact(rng, fmt):
     x = np.zeros((m, k), ml_dtypes.bfloat16)
     x[np.arange(m), hot] = 1
     got = group_a16_matmul_mgpu(fmt, jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale),
-                                out_dtype=jnp.float32, block_m=64, blocks_per_step=1)
+                                out_dtype=jnp.float32, block_m=64, blocks_per_step=1,
+                                a_load=a_load)
     if fmt == "mxfp4":
         v = E2M1_VALUES[np.stack([w & 15, w >> 4], axis=-1).reshape(n, k)].astype(np.float64)
     else:
