@@ -13,7 +13,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     parts: decode (M=1,16 variants), large (M=4096), mid (M=64/256 tiles), det (det-mode K
     schedules at M=1..4096), mgpu (NVFP4's Mosaic kernel vs its Triton one, M=1..256), mgpu_mx (the same for MX), mgpu4
     (the Mosaic kernel with 4 K-blocks a step), mgpuw (its e2m1 codes read 8 a load,
-    a_load="words", beside the dispatcher's), grid.
+    a_load="words", beside byte loads), det4 / detw (deterministic launches: 4 vs 2 K-blocks
+    a step, words vs bytes; M=1,16 / 256,4096), grid.
 """
 
 from __future__ import annotations
@@ -220,9 +221,30 @@ def mgpu_words_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
-def _mgpu_group_op(fmt: str, tag: str, **overrides) -> bench.Op:
+def det_blocks_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode's launch with 4 K-blocks a step where its K parts hold a multiple
+    of 4 (session 13) beside the same partition at 2 a step (session 12's), and with byte
+    loads instead of words. Why: det/default reached 1.2-1.4x at M <= 16 on the large shapes
+    once default mode took words and 4 blocks a step (session 13 call 2); prediction: the
+    shapes whose parts hold 8 K-blocks (K = 8192, 28672; 4096 with >= 64 tiles) drop to
+    ~1.1x; K = 7168 (parts of 7: one block a step) stays."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp4_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, "det-2blocks", deterministic=True,
+                               adjust=lambda p: {**p, "blocks_per_step": min(
+                                   2, p.get("blocks_per_step", 1))}),
+                _mgpu_group_op(fmt, "det-bytes", deterministic=True,
+                               adjust=lambda p: {**p, "a_load": "wgmma"})]
+    return ops
+
+
+def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
+                   **overrides) -> bench.Op:
     """fmt's weight-only matmul on the Mosaic kernel with the dispatcher's launch
-    (group_launch_params) plus `overrides`."""
+    (group_launch_params, in deterministic mode if asked; adjust(params) -> params) plus
+    `overrides`."""
     from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
     from pallas_kernels.fp4_matmul import GROUP_FORMAT
     from pallas_kernels.group_a16_mgpu import group_a16_matmul_mgpu, group_launch_params
@@ -233,15 +255,19 @@ def _mgpu_group_op(fmt: str, tag: str, **overrides) -> bench.Op:
         wk = qw.spec.weight
         g = GROUP_FORMAT["e2m1" if wk.is_fp4 else "e4m3",
                          "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
-        p = {key: v for key, v in group_launch_params(m, n, k, interpret, fmt=g).items()
+        p = {key: v for key, v in group_launch_params(m, n, k, interpret, fmt=g,
+                                                       deterministic=deterministic).items()
              if key != "a_in_registers"}
+        if adjust is not None:
+            p = adjust(p)
         kw = {}
         if g == "nvfp4":
             col, post = nvfp4_post_scale(qw, qw.spec)
             kw = dict(col_scale=col, post=post)
         return qw.trim_rows(group_a16_matmul_mgpu(g, x, qw.data, qw.scale, interpret=interpret,
                                                   **kw, **{**p, **overrides}))
-    return bench.Op(f"var[mgpu-{tag}]", fmt, "default", fn, max_m=256)
+    return bench.Op(f"var[mgpu-{tag}]", fmt, "det" if deterministic else "default", fn,
+                    max_m=None if deterministic else 256)
 
 
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")
@@ -291,6 +317,10 @@ def main(argv=None) -> int:
             plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_blocks_ops))
         elif part == "mgpuw":
             plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_words_ops))
+        elif part == "det4":
+            plan.append((DECODE_SHAPES, (1, 16), det_blocks_ops))
+        elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes
+            plan.append((MID_SHAPES, (256, 4096), det_blocks_ops))
         elif part == "mid":
             plan.append((MID_SHAPES, (64, 256), mid_ops))
         elif part == "det":

@@ -81,14 +81,15 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
     FOUR_BLOCK_MIN_TILES says (a stream re-shared for the longer steps: >= 8 K-blocks a CTA;
     K ranges only where each holds whole steps), and e2m1 codes read as words where
-    WORDS_MIN_WEIGHTS says. Deterministic mode keeps launch_params' partition (its sums are
-    the same either way, and its launch is the fp8 kernel's)."""
+    WORDS_MIN_WEIGHTS says. Deterministic mode keeps launch_params' partition (the fp8
+    kernel's: K parts, ranges, streamed parts) and takes four K-blocks a step by the same rule
+    where its parts hold a multiple of 4 (the sums are the same for 1, 2 or 4 blocks a step)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     kb = k // BLOCK
     per_part = kb // p.get("k_splits", 1) // p.get("k_parts", 1)
-    if (deterministic or FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
+    if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
             or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or per_part % 4):
         return p
     return with_step_blocks_of(p, n, k, 4)

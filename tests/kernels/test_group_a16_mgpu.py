@@ -138,6 +138,22 @@ def test_interpreter_deterministic_rows_do_not_depend_on_m(rng):
     np.testing.assert_array_equal(np.asarray(full[3:4]), np.asarray(one))
 
 
+@pytest.mark.parametrize("a_load", ["wgmma", "words"])
+def test_interpreter_deterministic_sums_do_not_depend_on_blocks_a_step(rng, a_load):
+    """Deterministic mode's streamed K parts (folded by a tile's first CTA) with 1, 2 or 4
+    K-blocks a step: the same sums, bitwise -- what lets its launch take 4 blocks a step."""
+    n, k = 256, 2048
+    x, packed, scale, col = _operands(rng, 5, n, k)
+    args = (jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale), jnp.asarray(col))
+    outs = [np.asarray(nvfp4_a16_matmul_mgpu(*args, post="div", interpret=True, block_m=16,
+                                             k_parts=4, programs=4, parts_sum="cond",
+                                             blocks_per_step=b, a_load=a_load))
+            for b in (1, 2, 4)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+    _check(outs[0], _reference(x, packed, scale, col, "div"))
+
+
 def test_bad_operands_name_what_is_wrong(rng):
     x, packed, scale, col = (jnp.asarray(a) for a in _operands(rng, 1, 256, 512))
     with pytest.raises(ValueError, match="post must be"):
@@ -287,6 +303,37 @@ def test_gpu_word_loads_match_the_reference(rng, fmt, m, n, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvfp4_a16", "mxfp4_a16", "mxfp8_a16"])
+def test_gpu_dispatcher_deterministic_rows_with_bf16_x(rng, fmt):
+    """bf16 activations (one part: the Mosaic kernel at every M in deterministic mode, words
+    and 4 K-blocks a step at M <= 16 on 8192x8192): rows computed alone equal the same rows
+    inside M in {2, 7, 64, 300}, bitwise."""
+    from invariance import assert_rows_batch_invariant
+    from jqlin import formats, qweight
+    n = k = 8192
+    w = rng.standard_normal((n, k)) * np.exp(0.5 * rng.standard_normal((n, 1))) * 0.05
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), formats.get(fmt))
+    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300), fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16])
+def test_gpu_deterministic_four_blocks_a_step_keep_the_sums(rng, m):
+    """The deterministic launch with 4 K-blocks a step (8192x8192) gives bitwise its partition's
+    sums with 2 a step."""
+    n = k = 8192
+    x, packed, scale, col = _operands(rng, m, n, k)
+    args = (jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale), jnp.asarray(col))
+    p = {key: v for key, v in group_launch_params(m, n, k, False, deterministic=True).items()
+         if key != "a_in_registers"}
+    assert p["blocks_per_step"] == 4
+    four = nvfp4_a16_matmul_mgpu(*args, post="div", deterministic=True)
+    two = nvfp4_a16_matmul_mgpu(*args, post="div", **{**p, "blocks_per_step": 2})
+    np.testing.assert_array_equal(np.asarray(four), np.asarray(two))
+    _check(four, _reference(x, packed, scale, col, "div", np.float32))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("launch", [dict(block_m=16, k_splits=4), dict(block_m=8, programs=64),
                                     dict(block_m=16, k_parts=4, programs=32, parts_sum="store"),
                                     dict(block_m=64, k_parts=2),
@@ -333,7 +380,10 @@ def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
     assert nvfp4_launch_params(1, 4096, 4096, False).get("blocks_per_step", 1) != 4
     assert nvfp4_launch_params(64, 28672, 8192, False).get("blocks_per_step", 1) != 4
     det = nvfp4_launch_params(1, 28672, 8192, False, deterministic=True)
-    assert det == {**launch_params(1, 28672, 8192, False, deterministic=True), "a_load": "words"}
+    assert det == {**launch_params(1, 28672, 8192, False, deterministic=True), "a_load": "words",
+                   "blocks_per_step": 4}  # its partition (K parts of 8 blocks), 4 a step
+    # K=7168: parts of 7 K-blocks run one a step in both modes' partitions
+    assert nvfp4_launch_params(1, 36864, 7168, False, deterministic=True)["blocks_per_step"] == 1
     # 8-bit codes keep the fp8 kernel's launch
     assert group_launch_params(1, 8192, 8192, False, fmt="mxfp8") == launch_params(
         1, 8192, 8192, False)
