@@ -312,6 +312,18 @@ def main() -> int:
         ("h200_mx_mgpu_s12.json", "MXFP4 / MXFP8 on the Mosaic GPU kernel (`var[mgpu]`) vs "
          "the Triton kernel (`var[triton]`, = `pallas_*` in that run), 11 shapes, same run "
          "(session 12; the dispatcher takes the Mosaic kernel since)"),
+        ("h200_nvfp4_mx_words_s13.json", "e2m1 codes read as 32-bit words "
+         "(`var[mgpu-words]`, session 13) vs byte loads (`pallas_*` in that run), same launch, "
+         "11 shapes, same run"),
+        ("h200_fp4_grid_a16_s13.json", "Weight-only NVFP4 / MXFP4 / MXFP8 through the "
+         "dispatcher after session 13's words (deterministic mode before its 4 K-blocks a "
+         "step), 11 shapes"),
+        ("h200_fp4_det_blocks_s13.json", "Deterministic launches with 4 K-blocks a step "
+         "(`[det]`, session 13) vs the same partition at 2 (`var[mgpu-det-2blocks]`) and with "
+         "byte loads (`var[mgpu-det-bytes]`), 11 shapes at M=1/16, 3 at 256/4096, same run"),
+        ("h200_fp4_grid_w4a4_s13.json", "NVFP4 W4A4 / MXFP4 / MXFP8 W8A8 through the "
+         "dispatcher after session 13 (quantized activation's exact bf16 form on the Mosaic "
+         "kernel up to M=256), 11 shapes"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
