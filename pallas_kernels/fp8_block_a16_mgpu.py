@@ -691,9 +691,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       the registers declared as wgmma's layout as they are, which permutes K inside every 32
       columns; x is permuted to match (mgpu_relabel: the same products, summed in another
       order -- bits may differ from "wgmma"; the interpreter permutes w instead). H200,
-      session 9: no faster for e4m3 weights (the loads are not the decode floor); kept for a
-      4-bit kernel, whose decode wants whole registers of codes (NOTES.md, session 7). The
-      dispatcher uses "wgmma". (Session 8's "upcast_2x", WGMMA_UPCAST_2X loads plus a shuffle
+      session 9: no faster for e4m3 weights (the loads are not the decode floor). The
+      dispatcher uses "wgmma" here; group_a16_mgpu's e2m1 codes take the same UPCAST_4X loads
+      as a_load="words" (decode_words; its own pairing of a word's codes, session 13). (Session 8's "upcast_2x", WGMMA_UPCAST_2X loads plus a shuffle
       per register, measured no faster either and was removed.)
     parts_sum: how each in-CTA K part (k_parts > 1) is closed at its last K-block: "cond" (a
       lax.cond per step adds it to the finished parts' sum; ~15% against k_parts=1 at M >=

@@ -15,6 +15,11 @@ compressed-tensors' weight_global_scale) or multiplied ("mul", ModelOpt's weight
 row's global scale, then rounded once to the output dtype. The same products as the XLA
 reference (exact dequantization, float32 dot); the float32 sums run in another order.
 
+e2m1 codes are read from shared memory one byte a register (a_load="wgmma") or, from
+WORDS_MIN_WEIGHTS weights on, as 32-bit words of 8 codes (a_load="words": fewer loads and scale
+conversions; the MMA sees K permuted inside each 32 columns, x is permuted alike -- the same
+products, another float32 summation order inside a K-block, fixed by (N, K)).
+
 Layout: e2m1 weights uint8 (N, K/2) packed as stored (low nibble first) -- viewed as int4 (N,
 K), which keeps the nibble order; e4m3 weights (N, K); scales (N, K/group) as stored, read as
 bytes in tiles of whole K-blocks' groups of at least 16 bytes a row (TMA): N a multiple of 128,

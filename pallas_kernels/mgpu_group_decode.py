@@ -233,6 +233,30 @@ def _word_ptx(scale: str) -> str:
     return _WORD_PTX % {f"times{j}": _WORD_TIMES[scale] % j for j in range(4)}
 
 
+def _row_scale_words(ref, fmt: Format):
+    """Inside an inline Mosaic GPU body: (thread index in the warpgroup, {row offset (0, 8):
+    the thread's row's scale bytes as 32-bit words}) from the (64, scale_bytes) ref."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, vector
+    i8, i32 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(32)
+    index = ir.IndexType.get()
+    c = mgpu_utils.c
+    t = arith.remui(mgpu_utils.thread_idx(), c(128, i32))
+    base = arith.addi(arith.muli(arith.divui(t, c(32, i32)), c(16, i32)),
+                      arith.divui(arith.remui(t, c(32, i32)), c(4, i32)))
+    words = fmt.scale_bytes // 4
+    rows = {}
+    for off in (0, 8):
+        row = arith.index_cast(index, arith.addi(base, c(off, i32)))
+        raw = vector.load(ir.VectorType.get((fmt.scale_bytes,), i8), ref,
+                          [row, arith.constant(index, 0)])
+        packed = mgpu_utils.bitcast(raw, ir.VectorType.get((words,), i32))
+        rows[off] = [vector.extract(packed, dynamic_position=[],
+                                    static_position=ir.DenseI64ArrayAttr.get([wi]))
+                     for wi in range(words)]
+    return t, rows
+
+
 def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
     """w: int4 codes (e2m1 formats) or bf16 values (e4m3, converted exactly), (64, 128) in
     Layout.WGMMA (a warpgroup's K-block); scales: a shared-memory ref (64, fmt.scale_bytes)
@@ -245,24 +269,12 @@ def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
     def body(ctx, arr, ref):
         del ctx
         from jax._src.lib.mlir import ir
-        from jax._src.lib.mlir.dialects import arith, vector
+        from jax._src.lib.mlir.dialects import arith
         i8, i32 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(32)
-        index = ir.IndexType.get()
-        c = mgpu_utils.c
-        t = arith.remui(mgpu_utils.thread_idx(), c(128, i32))
-        base = arith.addi(arith.muli(arith.divui(t, c(32, i32)), c(16, i32)),
-                          arith.divui(arith.remui(t, c(32, i32)), c(4, i32)))
-        words = fmt.scale_bytes // 4
         ptx = _NVFP4_SCALES_PTX if fmt.scale == "e4m3" else _E8M0_SCALES_PTX
         splats = {}  # (row offset, group) -> bf16x2 of the group's factor twice
-        for off in (0, 8):
-            row = arith.index_cast(index, arith.addi(base, c(off, i32)))
-            raw = vector.load(ir.VectorType.get((fmt.scale_bytes,), i8), ref,
-                              [row, arith.constant(index, 0)])
-            packed = mgpu_utils.bitcast(raw, ir.VectorType.get((words,), i32))
-            for wi in range(words):
-                word = vector.extract(packed, dynamic_position=[],
-                                      static_position=ir.DenseI64ArrayAttr.get([wi]))
+        for off, words in _row_scale_words(ref, fmt)[1].items():
+            for wi, word in enumerate(words):
                 for g, val in enumerate(mgpu_utils.inline_ptx(ptx, word,
                                                               result_types=[i32] * 4)):
                     splats[off, 4 * wi + g] = val
@@ -303,23 +315,12 @@ def decode_words(w: jax.Array, scales, fmt: Format) -> jax.Array:
     def body(ctx, arr, ref):
         del ctx
         from jax._src.lib.mlir import ir
-        from jax._src.lib.mlir.dialects import arith, vector
-        i8, i32 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(32)
-        index = ir.IndexType.get()
+        from jax._src.lib.mlir.dialects import arith
+        i32 = ir.IntegerType.get_signless(32)
         c = mgpu_utils.c
-        t = arith.remui(mgpu_utils.thread_idx(), c(128, i32))
-        base = arith.addi(arith.muli(arith.divui(t, c(32, i32)), c(16, i32)),
-                          arith.divui(arith.remui(t, c(32, i32)), c(4, i32)))
-        words = fmt.scale_bytes // 4
+        t, rows = _row_scale_words(ref, fmt)
         splats = {}  # (row offset, j) -> the splat of register pair j's group (i // 2 == j)
-        for off in (0, 8):
-            row = arith.index_cast(index, arith.addi(base, c(off, i32)))
-            raw = vector.load(ir.VectorType.get((fmt.scale_bytes,), i8), ref,
-                              [row, arith.constant(index, 0)])
-            packed = mgpu_utils.bitcast(raw, ir.VectorType.get((words,), i32))
-            word = [vector.extract(packed, dynamic_position=[],
-                                   static_position=ir.DenseI64ArrayAttr.get([wi]))
-                    for wi in range(words)]
+        for off, word in rows.items():
             if per_group == 2:  # NVFP4: this thread's groups are 2j + (t % 4) // 2
                 odd = arith.divui(arith.remui(t, c(4, i32)), c(2, i32))
                 sel = arith.addi(c(0x6420, i32), arith.muli(odd, c(0x1111, i32)))

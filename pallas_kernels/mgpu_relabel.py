@@ -11,7 +11,8 @@ layouts' tiling expressions, checked by tests). So the pairs are relabelled as t
 product is the same if x is permuted likewise (`permute_k`), done once per call outside the
 kernel. The products are exact either way; the float32 sums run in another order than with
 a_load="wgmma", so the bits may differ from it (not for deterministic mode unless used at every
-M).
+M). The same mapping with another pairing of each register's 8 values ("halves": v0 v4, v1 v5,
+...) serves the 4-bit codes of mgpu_group_decode.decode_words.
 """
 
 from __future__ import annotations
