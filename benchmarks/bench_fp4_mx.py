@@ -185,23 +185,14 @@ def mgpu_blocks_ops(k: int, n: int) -> list[bench.Op]:
 
 
 def _mgpu_blocks_op(blocks: int) -> bench.Op:
-    """nvfp4_a16 on the Mosaic kernel with `blocks` K-blocks a pipeline step (the dispatcher:
-    at most 2), its launch otherwise the dispatcher's: a stream re-shared for the longer steps
-    (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
-    from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
-    from pallas_kernels.group_a16_mgpu import (launch_params, nvfp4_a16_matmul_mgpu,
-                                               with_step_blocks_of)
-    interpret = jax.default_backend() == "cpu"
+    """nvfp4_a16 on the Mosaic kernel with `blocks` K-blocks a pipeline step and byte loads
+    (session 12's variant), its launch otherwise the dispatcher's: a stream re-shared for the
+    longer steps (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
+    from pallas_kernels.group_a16_mgpu import with_step_blocks_of
 
-    def fn(x, qw):
-        (m, _), (n, k) = x.shape, qw.storage_shape
-        p = {key: v for key, v in launch_params(m, n, k, interpret).items()
-             if key != "a_in_registers"}
-        col, post = nvfp4_post_scale(qw, qw.spec)
-        return qw.trim_rows(nvfp4_a16_matmul_mgpu(x, qw.data, qw.scale, col, post=post,
-                                                  interpret=interpret,
-                                                  **with_step_blocks_of(p, n, k, blocks)))
-    return bench.Op(f"var[mgpu-{blocks}blocks]", "nvfp4_a16", "default", fn, max_m=64)
+    def adjust(p, n, k):
+        return with_step_blocks_of({**p, "a_load": "wgmma"}, n, k, blocks)
+    return _mgpu_group_op("nvfp4_a16", f"{blocks}blocks", adjust=adjust, max_m=64)
 
 
 def mgpu_words_ops(k: int, n: int) -> list[bench.Op]:
@@ -233,18 +224,18 @@ def det_blocks_ops(k: int, n: int) -> list[bench.Op]:
     for fmt in ("nvfp4_a16", "mxfp4_a16"):
         ops += [_auto(fmt), _auto(fmt, det=True),
                 _mgpu_group_op(fmt, "det-2blocks", deterministic=True,
-                               adjust=lambda p: {**p, "blocks_per_step": min(
+                               adjust=lambda p, n, k: {**p, "blocks_per_step": min(
                                    2, p.get("blocks_per_step", 1))}),
                 _mgpu_group_op(fmt, "det-bytes", deterministic=True,
-                               adjust=lambda p: {**p, "a_load": "wgmma"})]
+                               adjust=lambda p, n, k: {**p, "a_load": "wgmma"})]
     return ops
 
 
 def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
-                   **overrides) -> bench.Op:
+                   max_m: int | None = 256, **overrides) -> bench.Op:
     """fmt's weight-only matmul on the Mosaic kernel with the dispatcher's launch
-    (group_launch_params, in deterministic mode if asked; adjust(params) -> params) plus
-    `overrides`."""
+    (group_launch_params, in deterministic mode if asked; adjust(params, n, k) -> params) plus
+    `overrides`, timed up to max_m (deterministic: every M)."""
     from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
     from pallas_kernels.fp4_matmul import GROUP_FORMAT
     from pallas_kernels.group_a16_mgpu import group_a16_matmul_mgpu, group_launch_params
@@ -259,7 +250,7 @@ def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
                                                        deterministic=deterministic).items()
              if key != "a_in_registers"}
         if adjust is not None:
-            p = adjust(p)
+            p = adjust(p, n, k)
         kw = {}
         if g == "nvfp4":
             col, post = nvfp4_post_scale(qw, qw.spec)
@@ -267,7 +258,7 @@ def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
         return qw.trim_rows(group_a16_matmul_mgpu(g, x, qw.data, qw.scale, interpret=interpret,
                                                   **kw, **{**p, **overrides}))
     return bench.Op(f"var[mgpu-{tag}]", fmt, "det" if deterministic else "default", fn,
-                    max_m=None if deterministic else 256)
+                    max_m=None if deterministic else max_m)
 
 
 FORMATS = ("nvfp4_a16", "nvfp4", "mxfp4_a16", "mxfp4", "mxfp8", "mxfp8_a16")

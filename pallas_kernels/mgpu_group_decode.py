@@ -208,11 +208,20 @@ and.b32 v, v, 0x80008000;
 lop3.b32 u, u, 0x01C001C0, v, 0xEA;
 %s
 }"""
-_TIMES_SCALE = {  # the pattern u -> times the splat $2 (MX: first times 2**126)
-    "e4m3": "mul.rn.bf16x2 $0, u, $2;",
-    "e8m0": f"mov.b32 v, 0x{BF16X2_2_POW_126:08X};\nmul.rn.bf16x2 u, u, v;\n"
-            "mul.rn.bf16x2 $0, u, $2;",
-}
+
+
+def _times_scale(scale: str, pattern: str, scratch: str, out: str, splat: str) -> str:
+    """PTX: out = the bf16x2 `pattern` register times the `splat` (MX: first times 2**126,
+    through `scratch`) -- one rendering for both decodes."""
+    if scale == "e4m3":
+        return f"mul.rn.bf16x2 {out}, {pattern}, {splat};"
+    return (f"mov.b32 {scratch}, 0x{BF16X2_2_POW_126:08X};\n"
+            f"mul.rn.bf16x2 {pattern}, {pattern}, {scratch};\n"
+            f"mul.rn.bf16x2 {out}, {pattern}, {splat};")
+
+
+def _byte_ptx(scale: str) -> str:  # byte $1 -> its two codes times the splat $2, in $0
+    return _E2M1_PTX % _times_scale(scale, "u", "v", "$0", "$2")
 
 
 # codes j and j + 4 of word $4 -> pair j ($j) times the splat $5 (MX: first times 2**126)
@@ -222,15 +231,14 @@ and.b32 b, b, 0x80008000;
 lop3.b32 a, a, 0x01C001C0, b, 0xEA;
 %(times{j})s
 """ for j in range(4)) + "}"
-_WORD_TIMES = {
-    "e4m3": "mul.rn.bf16x2 $%d, a, $5;",
-    "e8m0": f"mov.b32 c, 0x{BF16X2_2_POW_126:08X};\nmul.rn.bf16x2 a, a, c;\n"
-            "mul.rn.bf16x2 $%d, a, $5;",
-}
 
 
 def _word_ptx(scale: str) -> str:
-    return _WORD_PTX % {f"times{j}": _WORD_TIMES[scale] % j for j in range(4)}
+    return _WORD_PTX % {f"times{j}": _times_scale(scale, "a", "c", f"${j}", "$5")
+                        for j in range(4)}
+
+
+_SCALES_PTX = {"e4m3": _NVFP4_SCALES_PTX, "e8m0": _E8M0_SCALES_PTX}  # 4 scale bytes -> splats
 
 
 def _row_scale_words(ref, fmt: Format):
@@ -271,7 +279,7 @@ def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
         from jax._src.lib.mlir import ir
         from jax._src.lib.mlir.dialects import arith
         i8, i32 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(32)
-        ptx = _NVFP4_SCALES_PTX if fmt.scale == "e4m3" else _E8M0_SCALES_PTX
+        ptx = _SCALES_PTX[fmt.scale]
         splats = {}  # (row offset, group) -> bf16x2 of the group's factor twice
         for off, words in _row_scale_words(ref, fmt)[1].items():
             for wi, word in enumerate(words):
@@ -284,7 +292,7 @@ def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
             splat = splats[int(offset[i]), int(group[i])]
             if fmt.elem == "e2m1":
                 byte = arith.extui(i32, mgpu_utils.bitcast(reg, i8))
-                val = mgpu_utils.inline_ptx(_E2M1_PTX % _TIMES_SCALE[fmt.scale], byte, splat,
+                val = mgpu_utils.inline_ptx(_byte_ptx(fmt.scale), byte, splat,
                                             result_types=i32)
             else:  # bf16 pairs of e4m3 values: times the scale
                 val = mgpu_utils.inline_ptx("mul.rn.bf16x2 $0, $1, $2;",
@@ -328,8 +336,7 @@ def decode_words(w: jax.Array, scales, fmt: Format) -> jax.Array:
                                              result_types=i32)
             else:  # MX: group j of the row for every thread
                 mine = word[0]
-            scale_ptx = _NVFP4_SCALES_PTX if fmt.scale == "e4m3" else _E8M0_SCALES_PTX
-            for j, val in enumerate(mgpu_utils.inline_ptx(scale_ptx, mine,
+            for j, val in enumerate(mgpu_utils.inline_ptx(_SCALES_PTX[fmt.scale], mine,
                                                           result_types=[i32] * 4)):
                 splats[off, j] = val
         bf16x2 = ir.VectorType.get((2,), ir.BF16Type.get())
