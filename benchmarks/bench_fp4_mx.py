@@ -14,7 +14,9 @@ the same process), adding what the group-scaled kernels need to be judged:
     schedules at M=1..4096), mgpu (NVFP4's Mosaic kernel vs its Triton one, M=1..256), mgpu_mx (the same for MX), mgpu4
     (the Mosaic kernel with 4 K-blocks a step), mgpuw (its e2m1 codes read 8 a load,
     a_load="words", beside byte loads), det4 / detw (deterministic launches: 4 vs 2 K-blocks
-    a step, words vs bytes; M=1,16 / 256,4096), grid.
+    a step, words vs bytes; M=1,16 / 256,4096), dets (deterministic steps straddling K parts'
+    ends, K = 7168, beside one block a step), detstream (deterministic streamed parts where
+    det_params keeps in-CTA parts), grid.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ DECODE_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096),
                  ("llama3-70b", 28672, 8192), ("deepseek-v3", 7168, 24576),
                  ("deepseek-v3", 7168, 36864), ("deepseek-v3", 18432, 7168)]
 LARGE_SHAPES = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576)]
+DETSTREAM_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)]
+DETS_SHAPES = [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
+               ("llama3-70b", 8192, 8192)]
 
 
 def _sdg_mxfp8(x, w):
@@ -231,6 +236,80 @@ def det_blocks_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def _whole_part_steps(p: dict, n: int, k: int) -> dict:
+    """Launch p with session 13's rule for streamed K parts: steps of 2 or 4 K-blocks only
+    where every part holds whole steps (else one a step)."""
+    per_part = k // 128 // p.get("k_splits", 1) // p.get("k_parts", 1)
+    return p if per_part % p.get("blocks_per_step", 1) == 0 else {**p, "blocks_per_step": 1}
+
+
+def _four_block_stream(p: dict, n: int, k: int) -> dict:
+    """Deterministic streamed parts re-shared so that every CTA's run holds 4-block steps (the
+    most CTAs, at most one per SM, whose runs of whole parts are multiples of 4 K-blocks)."""
+    if p.get("k_parts", 1) == 1 or "programs" not in p:
+        return p
+    tiles, kb, sms = n // 128, k // 128, num_sms()
+    total = tiles * p["k_parts"]
+    programs = next((c for c in range(min(sms, total), 0, -1) if total % c == 0
+                     and tiles * kb // c % 4 == 0), None)
+    return p if programs is None or kb % 4 else {**p, "programs": programs, "blocks_per_step": 4}
+
+
+def det_straddle_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode's streamed K parts with steps of 2 or 4 K-blocks that may straddle a
+    part's end (session 14) beside session 13's launch (one block a step where parts of 7
+    K-blocks, K = 7168, hold no whole steps), and (NVFP4) a stream re-shared for 4-block steps
+    on fewer CTAs. Why: K = 7168 det/default ran 1.33-1.41x at M <= 16 (session 13), all other
+    shapes 1.03-1.17x with 2-4 blocks a step. Prediction: K = 7168 to ~1.10-1.15x for the
+    4-bit formats (7168x24576 takes 4 blocks; 7168x36864's CTA run of 126 K-blocks only 2),
+    W8A16-like gains for MXFP8 (~5%)."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, "det-s13", deterministic=True, adjust=_whole_part_steps)]
+    ops.append(_mgpu_group_op("nvfp4_a16", "det-4blocks-reshared", deterministic=True,
+                              adjust=_four_block_stream))
+    return ops
+
+
+def _det_streamed(p: dict, n: int, k: int) -> dict:
+    """Deterministic launch p replaced by det_stream_params' streamed K parts where det_params'
+    model kept in-CTA parts, with the dispatcher's step rule (4 K-blocks for e2m1 codes from
+    FOUR_BLOCK_MIN_TILES tiles, else launch_params')."""
+    from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, blocks_per_step,
+                                                   det_stream_params, step_unit)
+    from pallas_kernels.fp8_heuristics import det_k_parts
+    from pallas_kernels.group_a16_mgpu import FOUR_BLOCK_MIN_TILES
+    if "programs" in p:
+        return p
+    q = det_stream_params(p["block_m"], n, k, num_sms(), det_k_parts(k, 128),
+                          min_x_tile=DET_GPU_MIN_X_TILE)
+    if q is None:
+        return p
+    q = {**q, "a_load": p.get("a_load", "wgmma")}
+    if (p.get("blocks_per_step", 1) == 4 and n // 128 >= FOUR_BLOCK_MIN_TILES
+            and step_unit(q, n, k) % 4 == 0):
+        q["blocks_per_step"] = 4
+    else:
+        q["blocks_per_step"] = blocks_per_step(q["block_m"], step_unit(q, n, k))
+    return q
+
+
+def det_stream_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode's streamed K parts where det_params' bytes-over-slots model keeps
+    in-CTA parts (4096x28672, 8192x57344 at M=16: det/default 1.11-1.17x, session 13).
+    Why: the model (session 11) counts every part's slab, but since session 12 a tile's first
+    CTA folds its parts and stores one prefix; prediction: the stream within ~1.05x of default
+    mode there, as at M=1 where the model already picks it."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, "det-streamed", deterministic=True, adjust=_det_streamed)]
+    return ops
+
+
 def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
                    max_m: int | None = 256, **overrides) -> bench.Op:
     """fmt's weight-only matmul on the Mosaic kernel with the dispatcher's launch
@@ -310,6 +389,10 @@ def main(argv=None) -> int:
             plan.append((DECODE_SHAPES, (1, 16, 64), mgpu_words_ops))
         elif part == "det4":
             plan.append((DECODE_SHAPES, (1, 16), det_blocks_ops))
+        elif part == "dets":  # parts ending inside steps (K = 7168), control 8192x8192
+            plan.append((DETS_SHAPES, (1, 16), det_straddle_ops))
+        elif part == "detstream":  # streamed parts where the model keeps in-CTA parts
+            plan.append((DETSTREAM_SHAPES, (1, 16), det_stream_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes
             plan.append((MID_SHAPES, (256, 4096), det_blocks_ops))
         elif part == "mid":

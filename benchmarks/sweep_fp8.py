@@ -180,7 +180,9 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
     small: None (128-row x tiles, one K range), "auto" (the dispatcher's launch_params for the
     M), "ranges" (K ranges: range_params), "stream" (stream-K: stream_params), "det"
-    (deterministic mode's launch_params), "det_fold" (the same with streamed parts folded
+    (deterministic mode's launch_params), "det_s13" (the same with session 13's one
+    K-block a step where K parts hold no whole steps), "det_cta" (det_params without its
+    stream of whole K parts: in-CTA parts or ranges), "det_fold" (the same with streamed parts folded
     by each tile's first CTA, parts_sum="cond"), "det_wide" (the same without narrowed x tiles for
     in-CTA parts), "det_x16" (the same with 16-row x tiles at least, as in the interpreter,
     not narrowed), "det_ranges" (det_params without its stream of whole K parts, 16
@@ -202,10 +204,17 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             params.update(with_step_blocks(range_params(m, n, k, num_sms()), k))
         elif small == "stream":
             params.update(stream_params(m, n, k, num_sms()))
-        elif small in ("det", "det_fold"):
+        elif small in ("det", "det_fold", "det_s13"):
             params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
             if small == "det_fold" and "programs" in params:
                 params["parts_sum"] = "cond"
+            per_part = k // 128 // params.get("k_splits", 1) // params.get("k_parts", 1)
+            if small == "det_s13" and per_part % params.get("blocks_per_step", 1):
+                params["blocks_per_step"] = 1  # (session 13: no step across a part's end)
+        elif small == "det_cta":  # deterministic mode without the stream of K parts
+            params.update(with_step_blocks(det_params(
+                m, n, k, num_sms(), streamed=False, min_x_tile=DET_GPU_MIN_X_TILE,
+                narrow=True), k))
         elif small in ("det_ranges", "det_x16", "det_wide"):
             params.update(with_step_blocks(det_params(
                 m, n, k, num_sms(), streamed=small != "det_ranges",
@@ -218,7 +227,8 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         return qw.trim_rows(y)
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
-    mode = ("det" if small in ("det", "det_fold", "det_wide", "det_x16", "det_ranges")
+    mode = ("det" if small in ("det", "det_fold", "det_s13", "det_cta", "det_wide", "det_x16",
+                             "det_ranges")
             else "default")
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
@@ -285,8 +295,8 @@ def main(argv=None) -> int:
         save()
         print(bench.format_table(res["records"]), flush=True)
 
-    def a16_launches(smalls, ms, tiny_smalls):  # fp8_block_a16's launches side by side
-        shapes = [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
+    def a16_launches(smalls, ms, tiny_smalls, shapes=None):  # fp8_block_a16's launches
+        shapes = shapes or [(model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]
         if args.tiny:  # (the interpreter: CI's time)
             shapes, ms, smalls = [("tiny", 512, 256)], (3,), tiny_smalls
         for model, k, n in shapes:
@@ -406,6 +416,18 @@ def main(argv=None) -> int:
         # against the stream (32-row in-CTA parts 1.2-1.6x slower): narrowed only where in-CTA
         # parts are det_params' choice anyway
         a16_launches(("auto", "det_wide", "det"), (64, 128, 256), ())
+    if "det_model" in parts:  # streamed parts by folded slabs (session 14)
+        # prediction: where the model now streams (4096x28672 M=1/16, 8192x57344 M=16) the
+        # stream 4-10% faster than in-CTA parts, as for MXFP8's 8-bit codes in session 14
+        a16_launches(("auto", "det", "det_cta"), (1, 16), ("det", "det_cta"),
+                     [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)])
+    if "det_straddle" in parts:  # steps across K parts' ends (session 14)
+        # prediction: K=7168 det at M=1/16 from one K-block a step (parts of 7) to two: det/default
+        # 1.12-1.17x -> ~1.08-1.12x (session 7: two blocks a step -1..+4% for fp8 weights at
+        # default mode); 8192x8192 (parts of 8) the control, unchanged
+        a16_launches(("auto", "det", "det_s13"), (1, 16), ("det", "det_s13"),
+                     [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
+                      ("llama3-70b", 8192, 8192)])
     if "det_fold" in parts and not args.tiny:  # streamed parts folded by a tile's first CTA
         # prepared in session 11 after its device time, not measured. Prediction: the slabs
         # (8 * P * rows bytes per weight row, written and read) drop to ~3/8 written and ~5/8

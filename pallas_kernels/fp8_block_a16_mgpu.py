@@ -43,6 +43,7 @@ Its decode streams the tiles' whole K parts (Stream with parts; session 11: det/
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -66,7 +67,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
-           "with_step_blocks", "Stream",
+           "with_step_blocks", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
@@ -132,7 +133,10 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         zero = zero_total(run.shape)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
-    def one_block(w_smem, x_smem, ws, total, a_smem):  # one step: `blocks` K-blocks
+    def one_block(w_smem, x_smem, ws, total, a_smem, closes=None):
+        # one step: `blocks` K-blocks added to total in K order. closes: {j: fn} for
+        # K parts that may end inside the step (streamed parts, below): total is then
+        # a tuple (run, ...), each block added to run, and fn(total) after block j
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
         # k_block: the step's first K-block (scales="block"); held: which of the tiles whose
@@ -193,7 +197,13 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             for j, acc in enumerate(accs):  # in K order: block j while later ones still run
                 part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
                 # (group scales are in the weights already)
-                t = t + (part if scales == "groups" else part * scale(j, part.shape))
+                part = part if scales == "groups" else part * scale(j, part.shape)
+                if closes is None:
+                    t = t + part
+                    continue
+                t = (t[0] + part, *t[1:])
+                if j in closes:
+                    t = closes[j](t)
             return t
 
         return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, block_m), F32)] * blocks)
@@ -246,8 +256,31 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ws_tile = held_scales(lo, stream.held, ws_tile, ws_bar)
         ws_refs = (ws_gmem,) if scales in ("rows", "groups") else ()
 
-        part_steps = tile_steps // stream.parts
         fold = stream.parts > 1 and parts_sum == "cond"
+        # K parts may end inside a step (a part's K-blocks need not be a multiple of `blocks`:
+        # K=7168's parts of 7): after block j of a step wherever j + 1 is a multiple of
+        # gcd(blocks, part_blocks); each closes there, the next part's sum starting from zero
+        # at the step's next block -- the same adds, in the same order, as one block a step
+        part_blocks = tile_steps * blocks // stream.parts
+        unit = math.gcd(blocks, part_blocks)
+        part_ends = [j for j in range(blocks) if (j + 1) % unit == 0]
+
+        def store(tile, r, slab):  # a piece (part) ends: to its slab
+            store_wg_rows(r, out_smem=out_smem, out_gmem=out_gmem.at[slab],
+                          row_slice=pl.ds(tile * tile_rows, tile_rows),
+                          col_slice=pl.ds(0, block_m))
+
+        def close_part(tile, k_step, j, total):  # after block j of the step at k_step
+            b = k_step * blocks + j
+            part = b // part_blocks
+            ends = b - part * part_blocks == part_blocks - 1
+            if fold:  # to the tile's first CTA's sum, or stored (fold_part)
+                return lax.cond(ends, functools.partial(fold_part, tile, part,
+                                                        functools.partial(store, tile)),
+                                lambda r, g: (r, g), *total)
+            # K parts: a CTA runs whole ones, each to slab (its part)
+            return (lax.cond(ends, lambda r: (store(tile, r, part), zero_total(r.shape))[1],
+                             lambda r: r, total[0]),)
 
         def step(idx, w_smem, x_smem, *refs):
             tile, k_step = where(idx[0])
@@ -255,25 +288,18 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                   (refs[0], k_step * blocks, 0) if scales == "groups" else
                   (ws_tile, k_step * blocks, tile - lo))
             carry = refs[-1]
-            run = one_block(w_smem, x_smem, ws, carry[0] if fold else carry, a_smem)
-            if stream.parts > 1:  # K parts: a CTA runs whole ones, each to slab (its part)
-                part = k_step // part_steps
-                ends, slab = k_step - part * part_steps == part_steps - 1, part
-            else:  # pieces: to slab (this CTA - the tile's first)
-                ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
-                slab = c - tile * tile_steps // steps
-
-            def store(r, slab=slab):  # the piece ends: to its slab
-                store_wg_rows(r, out_smem=out_smem, out_gmem=out_gmem.at[slab],
-                              row_slice=pl.ds(tile * tile_rows, tile_rows),
-                              col_slice=pl.ds(0, block_m))
-            if fold:
-                return lax.cond(ends, functools.partial(fold_part, tile, part, store),
-                                lambda r, g: (r, g), run, carry[1])
+            if stream.parts > 1:
+                closes = {j: functools.partial(close_part, tile, k_step, j) for j in part_ends}
+                run = one_block(w_smem, x_smem, ws, tuple(carry) if fold else (carry,),
+                                a_smem, closes)
+                return run if fold else run[0]
+            run = one_block(w_smem, x_smem, ws, carry, a_smem)
+            # pieces: to slab (this CTA - the tile's first)
+            ends = (k_step == tile_steps - 1) | (idx[0] == steps - 1)
             # stored, and the next piece from zero (a select over the accumulator every step
             # instead: 4-12% slower with 64-row x tiles, equal with 8-16, session 10)
-            return lax.cond(ends, lambda r: (store(r), zero_total(r.shape))[1], lambda r: r,
-                            run)
+            return lax.cond(ends, lambda r: (store(tile, r, c - tile * tile_steps // steps),
+                                             zero_total(r.shape))[1], lambda r: r, run)
 
         def fold_part(tile, part, store, run, grand):
             # parts_sum="cond": the CTA that holds a tile's part 0 (its first) adds its parts
@@ -385,6 +411,16 @@ def blocks_per_step(block_m: int, part_blocks: int) -> int:
     return 2 if block_m <= TWO_BLOCK_MAX_X_TILE and part_blocks % 2 == 0 else 1
 
 
+def step_unit(p: dict, n: int, k: int) -> int:
+    """The K-blocks whose count a pipeline step of launch p must divide: a K range's part's;
+    with streamed K parts (which may end inside a step) each tile's K and each CTA's run."""
+    kb = k // BLOCK
+    if p.get("programs") is None or p.get("k_parts", 1) == 1:
+        return kb // p.get("k_splits", 1) // p.get("k_parts", 1)
+    tiles = n // (p.get("compute_wgs", 2) * WG_ROWS)
+    return math.gcd(kb, tiles * kb // p["programs"])
+
+
 def with_step_blocks(small: dict, k: int) -> dict:
     """Launch settings with blocks_per_step=2 added where blocks_per_step allows it for their
     K parts (settings that carry their own, as streams do, are left as they are)."""
@@ -457,7 +493,8 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
     runs of at least eight K-blocks (or one part) each; each part stored to its own slab (or,
     up to FOLD_MAX_X_TILE rows, a tile's first CTA folding its parts into one prefix slab) and
     the slabs added in part order -- bitwise `parts` K ranges, as the other launches of
-    det_params give them, whatever the CTA count."""
+    det_params give them, whatever the CTA count. Steps of two K-blocks (x tiles <= 16 rows)
+    wherever the CTAs' runs and the tiles' K hold them, across parts' ends too (step_unit)."""
     block_m = max(min_x_tile, _x_tile(m))
     if m > block_m or parts == 1:
         return None
@@ -467,9 +504,20 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
     if programs == 1:
         return None
     return dict(block_m=block_m, k_splits=1, k_parts=parts, programs=programs,
-                blocks_per_step=blocks_per_step(block_m, part_blocks),
+                blocks_per_step=blocks_per_step(block_m, step_unit(
+                    dict(k_splits=1, k_parts=parts, programs=programs,
+                         compute_wgs=compute_wgs), n, k)),
                 parts_sum="cond" if block_m <= FOLD_MAX_X_TILE else "store",
                 compute_wgs=compute_wgs)
+
+
+def stream_slabs(p: dict, n: int, k: int) -> float:
+    """The mean float32 slabs a weight tile's sum comes in under streamed-parts launch p: its
+    P parts, or with parts folded by the tile's first CTA (parts_sum="cond") that prefix's
+    one plus one per part the tile's later CTAs run (Stream.folded)."""
+    st = Stream.of(n // (p.get("compute_wgs", 2) * WG_ROWS), k // BLOCK // p["blocks_per_step"],
+                   p["programs"], p["k_parts"])
+    return float((st.folded() if p.get("parts_sum") == "cond" else st).pieces.mean())
 
 
 # Streamed parts are folded by each tile's first CTA (parts_sum="cond", Stream.folded) up to
@@ -482,12 +530,16 @@ FOLD_MAX_X_TILE = 16
 
 # Deterministic mode streams whole K parts (det_stream_params) where that costs less than
 # this fraction of in-CTA parts, by a model of bytes over filled SM slots: in-CTA parts
-# stream K bytes per weight row on tiles / (waves * SMs) of the slots; the stream fills
-# programs / SMs of them and adds its slabs' round trip, 8 * P * x-tile rows bytes per
-# weight row. H200, session 11 (11 shapes at M=1/16/64, benchmarks/sweep_fp8.py --parts
-# det_stream): where it picks the stream, session 10's launch was at most 1-3% faster;
-# where it keeps in-CTA parts, the stream was 3-40% slower (the margin: 8192x57344 at M=1,
-# model 1.16 vs 1.18, measured 3% slower) -- in-sample.
+# stream the weight's bytes (K * w_bits / 8 per row) on tiles / (waves * SMs) of the slots;
+# the stream fills programs / SMs of them and adds its slabs' round trip, 8 * S * x-tile rows
+# bytes per weight row (S: stream_slabs, a tile's mean slabs as folded). H200, session 11 (11
+# shapes at M=1/16/64, benchmarks/sweep_fp8.py --parts det_stream, S = P then): where it
+# picks the stream, session 10's launch was at most 1-3% faster; where it keeps in-CTA
+# parts, the stream was 3-40% slower (the margin: 8192x57344 at M=1, model 1.16 vs 1.18,
+# measured 3% slower) -- in-sample. Session 14 (bench_fp4_mx.py --parts detstream, folded
+# slabs since session 12): the stream 10-11% faster on 8192x57344 at M=16 (model now 1.06 vs
+# 1.12) and 4-10% on 4096x28672 at M=1; at M=16 there 2-3% slower for 4-bit weights (whose
+# bytes the slabs cost twice as much of: the model keeps in-CTA parts) and 4% faster for MXFP8.
 DET_STREAM_MARGIN = 0.95
 
 
@@ -507,12 +559,14 @@ def _narrow_x_tile(m: int, tiles: int, block_m: int, sms: int) -> int:
 
 def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
                streamed: bool = True, min_x_tile: int = DET_MIN_X_TILE,
-               narrow: bool = False) -> dict:
+               narrow: bool = False, w_bits: float = 8) -> dict:
     """Deterministic mode's settings: K always summed as P = det_k_parts(K) contiguous parts,
     each from zero, added in K order. Only the launch follows M, never the order. With one x
     tile (M <= 128) the tiles' P parts are shared out whole over up to one CTA per SM
     (det_stream_params) where DET_STREAM_MARGIN's model of bytes over filled SM slots says so
-    (slabs of 8 * P * x-tile rows bytes per weight row against in-CTA parts' waves). Else the
+    (slabs of 8 * stream_slabs * x-tile rows bytes per weight row against in-CTA parts' waves;
+    w_bits: the weight's stored bits per value, 8 for e4m3, 4.5 for NVFP4 with its scales).
+    Else the
     P parts run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where
     that is cheaper by bytes: in-CTA parts stream the weight (K bytes per weight row) on the fraction
     f = min(1, tiles / SMs) of the SMs their tiles occupy; ranges stream it on all of them
@@ -543,7 +597,8 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
     if stream is not None:
         in_cta = cdiv(ctas, sms) * sms / ctas
         # (where K ranges would win, the stream does: the same slabs on more of the SMs)
-        if ranges or ((1 + 8 * parts * block_m / k) * sms / stream["programs"]
+        slabs = stream_slabs(stream, n, k)
+        if ranges or ((1 + 8 * slabs * block_m / (k * w_bits / 8)) * sms / stream["programs"]
                       < DET_STREAM_MARGIN * in_cta):
             return stream
     if ranges:  # as many CTAs per tile as default mode's decode settings, each storing its
@@ -560,7 +615,7 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
 
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
-                  deterministic: bool = False, compute_wgs: int = 2) -> dict:
+                  deterministic: bool = False, compute_wgs: int = 2, w_bits: float = 8) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
@@ -571,7 +626,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     (the dispatcher: 2)."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
-            DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret)
+            DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret,
+            w_bits=w_bits)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     return dict(a_in_registers=not interpret, **with_step_blocks(small, k))
@@ -679,6 +735,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     at every M: P ranges at small M, P in-CTA parts at large M (det_params).
     blocks_per_step: 128-wide K-blocks per pipeline step (1 or 2): with 2, both blocks' wgmmas
     are issued before the first is waited on; the sums are the same (blocks added in K order).
+    A K range's parts hold whole steps; streamed K parts (programs, k_parts > 1) may end inside
+    one -- the part is closed after its last block and the next starts from zero -- so there
+    steps need only divide K's blocks and each CTA's run (K=7168: parts of 7, steps of 2).
     compute_wgs: compute warpgroups per CTA, 2 or 4 (64 weight rows each; N a multiple of
     64 * compute_wgs): four stream twice the weight bytes per pipeline step; their 104
     registers per thread hold x tiles of up to FOUR_WG_MAX_X_TILE rows. The sums are the same
@@ -771,7 +830,9 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
     per_part = k // BLOCK // k_splits // k_parts
-    if blocks_per_step not in step_blocks or per_part % blocks_per_step:
+    streamed_parts = programs is not None and k_parts > 1  # (parts may end inside a step)
+    if blocks_per_step not in step_blocks or (per_part % blocks_per_step
+                                              and not streamed_parts):
         raise ValueError(f"blocks_per_step must be 1, or {' or '.join(map(str, step_blocks[1:]))}"
                          f" where a K part holds a multiple of it ({per_part} K-blocks), got "
                          f"{blocks_per_step!r}")
@@ -786,6 +847,11 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
         if k_splits != 1 or m > block_m:
             raise ValueError(f"programs (stream-K) needs one x tile (M <= block_m) and "
                              f"k_splits=1; got M={m}, block_m={block_m}, k_splits={k_splits}")
+        run = tiles * (k // BLOCK) // programs  # K-blocks a CTA runs
+        if streamed_parts and ((k // BLOCK) % blocks_per_step or run % blocks_per_step):
+            raise ValueError(f"blocks_per_step must divide K/{BLOCK}={k // BLOCK} and the {run} "
+                             f"K-blocks each of the {programs} CTAs runs (streamed K parts), "
+                             f"got {blocks_per_step!r}")
 
 
 def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.Array, str]:

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_launch,
-                                 group_tile_blocks, launch_params, stream_programs)
+                                 group_tile_blocks, launch_params, step_unit,
+                                 stream_programs)
 from .fp8_heuristics import num_sms
 from .mgpu_group_decode import FORMATS, Format
 
@@ -88,14 +89,14 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     K ranges only where each holds whole steps), and e2m1 codes read as words where
     WORDS_MIN_WEIGHTS says. Deterministic mode keeps launch_params' partition (the fp8
     kernel's: K parts, ranges, streamed parts) and takes four K-blocks a step by the same rule
-    where its parts hold a multiple of 4 (the sums are the same for 1, 2 or 4 blocks a step)."""
-    p = launch_params(m, n, k, interpret, deterministic=deterministic)
+    where its steps can hold 4 (step_unit: a part's K-blocks, or streamed parts' tile K and
+    CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
+    p = launch_params(m, n, k, interpret, deterministic=deterministic,
+                      w_bits=FORMATS[fmt].bits)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
-    kb = k // BLOCK
-    per_part = kb // p.get("k_splits", 1) // p.get("k_parts", 1)
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
-            or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or per_part % 4):
+            or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or step_unit(p, n, k) % 4):
         return p
     return with_step_blocks_of(p, n, k, 4)
 

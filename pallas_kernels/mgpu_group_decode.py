@@ -68,6 +68,10 @@ class Format(NamedTuple):
     def scale_bytes(self) -> int:  # per 128-wide K-block and weight row
         return 128 // self.group
 
+    @property
+    def bits(self) -> float:  # stored bits per weight, its scale's share included
+        return (4 if self.elem == "e2m1" else 8) + 8 / self.group
+
 
 FORMATS = {f.name: f for f in (Format("nvfp4", "e2m1", "e4m3", 16, 2.0 ** 8),
                                Format("mxfp4", "e2m1", "e8m0", 32, 1.0),

@@ -72,11 +72,14 @@ def test_check_dense_times_both_paths(tmp_path):
 def test_sweep_fp8_mgpu_parts_run(tmp_path):
     out_json = tmp_path / "sweep.json"
     _run(["benchmarks/sweep_fp8.py", "--tiny", "--smoke", "--parts",
-          "mgpu_parts,mgpu_stream,det_stream", "--reps", "1", "--out", str(out_json)], tmp_path)
+          "mgpu_parts,mgpu_stream,det_stream,det_straddle,det_model", "--reps", "1", "--out",
+          str(out_json)], tmp_path)
     recs = json.loads(out_json.read_text())["records"]
     assert {"fp8_block_a16:mgpu_a16_smem_auto", "fp8_block_a16:mgpu_a16_smem_k_parts4",
             "fp8_block_a16:mgpu_a16_smem_ranges", "fp8_block_a16:mgpu_a16_smem_stream",
-            "fp8_block_a16:mgpu_a16_smem_det[det]"} <= {r["label"] for r in recs}, recs
+            "fp8_block_a16:mgpu_a16_smem_det[det]",
+            "fp8_block_a16:mgpu_a16_smem_det_s13[det]",
+            "fp8_block_a16:mgpu_a16_smem_det_cta[det]"} <= {r["label"] for r in recs}, recs
     assert all("error" not in r for r in recs), recs
 
 

@@ -17,7 +17,8 @@ from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_MIN_X_TIL
                                                 _scale_operand, decode_params, det_params,
                                                 det_stream_params,
                                                 fp8_block_a16_matmul_mgpu, launch_params,
-                                                range_params, stream_params, stream_programs)
+                                                range_params, stream_params, stream_programs,
+                                                stream_slabs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 
@@ -110,22 +111,26 @@ def test_interpreter_stream_k_matches_float64(rng, m, n, k, kind, programs, bloc
     (3, 384, 1024, "block", 4, 6, 1),  # 12 parts over 6 CTAs: tiles over 2 CTAs each
     (16, 640, 1024, "channel", 2, 5, 2),  # two blocks a step
     (5, 384, 1024, "tensor", 8, 4, 1),  # CTAs holding 2 tiles' scales; prefixes of 6, 4, 2
-    (9, 384, 640, "block", 5, 3, 1)])  # K/128 = 5: scales as rows
+    (9, 384, 640, "block", 5, 3, 1),  # K/128 = 5: scales as rows
+    # parts of 3 K-blocks, 2 a step: parts end after a step's first block or its second
+    (5, 384, 768, "block", 2, 3, 2),
+    (16, 256, 1536, "tensor", 4, 2, 2),
+    (7, 512, 1536, "channel", 4, 8, 2)])  # CTAs of 2 parts: 3 steps, the middle one straddling
 def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kind, parts,
                                                                programs, blocks, parts_sum):
     """Stream-K over whole K parts (deterministic decode, det_stream_params): every part to its
     own slab whichever CTA runs it ("store"), or a tile's first CTA folding its parts in
     registers and the later ones stored ("cond") -- bitwise `parts` K ranges, within the
-    float64 bound."""
+    float64 bound; with steps of 2 or 4 K-blocks whose parts end inside a step too."""
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
     st = Stream.of(n // 128, k // 128 // blocks, programs, parts)
-    assert st.steps % (k // 128 // blocks // parts) == 0 and st.pieces.tolist() == [parts] * (
+    assert st.steps * blocks % (k // 128 // parts) == 0 and st.pieces.tolist() == [parts] * (
         n // 128)
     run = lambda **kw: np.asarray(fp8_block_a16_matmul_mgpu(
         x, w, ws, scale_kind=kind, out_dtype=jnp.float32, interpret=True,
-        a_in_registers=False, block_m=16, blocks_per_step=blocks, **kw))
-    streamed = run(k_parts=parts, programs=programs, parts_sum=parts_sum)
-    np.testing.assert_array_equal(streamed, run(k_splits=parts))
+        a_in_registers=False, block_m=16, **kw))
+    streamed = run(k_parts=parts, programs=programs, parts_sum=parts_sum, blocks_per_step=blocks)
+    np.testing.assert_array_equal(streamed, run(k_splits=parts))  # (one K-block a step)
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
 
@@ -531,8 +536,18 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
     assert det_stream_params(64, 8192, 8192, 132, 8)["parts_sum"] == "store"
     assert det_stream_params(16, 8192, 8192, 132, 8)["parts_sum"] == "cond"
     assert det_params(16, 7168, 18432, 132)["programs"] == 112  # 56 tiles x 8 parts
-    assert det_params(1, 24576, 7168, 132)["blocks_per_step"] == 1  # parts of 7 K-blocks
+    # parts of 7 K-blocks: steps of 2 that straddle their ends (a CTA's 12 parts: 42 steps)
+    assert det_params(1, 24576, 7168, 132)["blocks_per_step"] == 2
     assert det_stream_params(1, 256, 512, 132, 1) is None  # no parts to share
+    # the stream's slabs as folded: 8192x57344 at M=16, CTAs of 28 parts (3.5 tiles), half
+    # their ends inside a tile: 384 tiles in one slab, 64 in 1 + 4; the stream, not in-CTA
+    # parts (session 13's count of 8 slabs a tile kept those)
+    st = det_stream_params(16, 57344, 8192, 132, 8)
+    assert stream_slabs(st, 57344, 8192) == (384 + 64 * 5) / 448
+    assert det_params(16, 57344, 8192, 132)["programs"] == 128
+    # by the weight's bytes: 4096x28672 at M=16 streams 8-bit weights, in-CTA parts 4-bit ones
+    assert "programs" in det_params(16, 28672, 4096, 132)
+    assert "programs" not in det_params(16, 28672, 4096, 132, w_bits=4.5)
     # without the stream (session 10's launch): 32 weight tiles leave SMs idle -- as ranges,
     # launched as default mode's 4 decode CTAs a tile
     assert det_params(1, 4096, 4096, 132, streamed=False) == dict(

@@ -139,14 +139,20 @@ def test_interpreter_deterministic_rows_do_not_depend_on_m(rng):
 
 
 @pytest.mark.parametrize("a_load", ["wgmma", "words"])
-def test_interpreter_deterministic_sums_do_not_depend_on_blocks_a_step(rng, a_load):
-    """Deterministic mode's streamed K parts (folded by a tile's first CTA) with 1, 2 or 4
-    K-blocks a step: the same sums, bitwise -- what lets its launch take 4 blocks a step."""
-    n, k = 256, 2048
+@pytest.mark.parametrize("k,programs,parts_sum", [
+    (2048, 4, "cond"),  # parts of 4 K-blocks
+    (1536, 2, "cond"),  # parts of 3: they end inside steps of 2 and of 4, at every block
+    (1536, 2, "store")])
+def test_interpreter_deterministic_sums_do_not_depend_on_blocks_a_step(rng, a_load, k,
+                                                                       programs, parts_sum):
+    """Deterministic mode's streamed K parts (folded by a tile's first CTA, or stored) with
+    1, 2 or 4 K-blocks a step, parts that end inside a step too: the same sums, bitwise --
+    what lets its launch take 2 or 4 blocks a step."""
+    n = 256
     x, packed, scale, col = _operands(rng, 5, n, k)
     args = (jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale), jnp.asarray(col))
     outs = [np.asarray(nvfp4_a16_matmul_mgpu(*args, post="div", interpret=True, block_m=16,
-                                             k_parts=4, programs=4, parts_sum="cond",
+                                             k_parts=4, programs=programs, parts_sum=parts_sum,
                                              blocks_per_step=b, a_load=a_load))
             for b in (1, 2, 4)]
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -304,13 +310,14 @@ def test_gpu_word_loads_match_the_reference(rng, fmt, m, n, k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4_a16", "mxfp4_a16", "mxfp8_a16"])
-def test_gpu_dispatcher_deterministic_rows_with_bf16_x(rng, fmt):
+@pytest.mark.parametrize("n,k", [(8192, 8192), (24576, 7168)])
+def test_gpu_dispatcher_deterministic_rows_with_bf16_x(rng, fmt, n, k):
     """bf16 activations (one part: the Mosaic kernel at every M in deterministic mode, words
-    and 4 K-blocks a step at M <= 16 on 8192x8192): rows computed alone equal the same rows
-    inside M in {2, 7, 64, 300}, bitwise."""
+    and 4 K-blocks a step at M <= 16 on 8192x8192 and 24576x7168 -- there in steps across
+    the ends of K parts of 7 blocks, one block a step at M=64 and 300): rows computed alone
+    equal the same rows inside M in {2, 7, 64, 300}, bitwise."""
     from invariance import assert_rows_batch_invariant
     from jqlin import formats, qweight
-    n = k = 8192
     w = rng.standard_normal((n, k)) * np.exp(0.5 * rng.standard_normal((n, 1))) * 0.05
     qw = qweight.quantize(jnp.asarray(w, jnp.float32), formats.get(fmt))
     assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300), fmt)
@@ -331,6 +338,31 @@ def test_gpu_deterministic_four_blocks_a_step_keep_the_sums(rng, m):
     two = nvfp4_a16_matmul_mgpu(*args, post="div", **{**p, "blocks_per_step": 2})
     np.testing.assert_array_equal(np.asarray(four), np.asarray(two))
     _check(four, _reference(x, packed, scale, col, "div", np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8"])
+@pytest.mark.parametrize("m,n", [(1, 24576), (16, 36864)])
+def test_gpu_deterministic_steps_across_part_ends_keep_the_sums(rng, fmt, m, n):
+    """K=7168 (DeepSeek-V3): deterministic mode's streamed parts of 7 K-blocks in steps of 2
+    or 4 that straddle the parts' ends give bitwise the same partition at one K-block a step
+    (session 13's launch), within the float32 reference's bound."""
+    k = 7168
+    if fmt == "nvfp4":
+        x, w, scale, col = _operands(rng, m, n, k)
+        kw, want = dict(col_scale=jnp.asarray(col), post="div"), _reference(
+            x, w, scale, col, "div", np.float32)
+    else:
+        x, w, scale = _mx_operands(rng, fmt, m, n, k)
+        kw, want = {}, _mx_reference(fmt, x, w, scale, np.float32)
+    p = {key: v for key, v in group_launch_params(m, n, k, False, deterministic=True,
+                                                  fmt=fmt).items() if key != "a_in_registers"}
+    assert p["k_parts"] == 8 and "programs" in p and p["blocks_per_step"] > 1, p
+    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
+    straddling = group_a16_matmul_mgpu(fmt, *args, **kw, deterministic=True)
+    one = group_a16_matmul_mgpu(fmt, *args, **kw, **{**p, "blocks_per_step": 1})
+    np.testing.assert_array_equal(np.asarray(straddling), np.asarray(one))
+    _check(straddling, want)
 
 
 @pytest.mark.gpu
@@ -382,8 +414,11 @@ def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
     det = nvfp4_launch_params(1, 28672, 8192, False, deterministic=True)
     assert det == {**launch_params(1, 28672, 8192, False, deterministic=True), "a_load": "words",
                    "blocks_per_step": 4}  # its partition (K parts of 8 blocks), 4 a step
-    # K=7168: parts of 7 K-blocks run one a step in both modes' partitions
-    assert nvfp4_launch_params(1, 36864, 7168, False, deterministic=True)["blocks_per_step"] == 1
+    # K=7168: streamed parts of 7 K-blocks end inside steps; a CTA's run of 12 parts (84
+    # K-blocks, 24576 rows) holds steps of 4, of 18 parts (126, 36864 rows) of 2
+    for n, blocks in ((24576, 4), (36864, 2)):
+        p = nvfp4_launch_params(1, n, 7168, False, deterministic=True)
+        assert (p["k_parts"], p["programs"], p["blocks_per_step"]) == (8, 128, blocks), p
     # 8-bit codes keep the fp8 kernel's launch
     assert group_launch_params(1, 8192, 8192, False, fmt="mxfp8") == launch_params(
         1, 8192, 8192, False)
