@@ -324,6 +324,23 @@ def main() -> int:
         ("h200_fp4_grid_w4a4_s13.json", "NVFP4 W4A4 / MXFP4 / MXFP8 W8A8 through the "
          "dispatcher after session 13 (quantized activation's exact bf16 form on the Mosaic "
          "kernel up to M=256), 11 shapes"),
+        ("h200_fp4_det_straddle_s14.json", "Deterministic streamed K parts in steps that "
+         "straddle the parts' ends (`[det]`, session 14: K=7168's parts of 7 K-blocks in steps "
+         "of 4 or 2) vs one block a step (`var[mgpu-det-s13]`) and (NVFP4) a stream re-shared "
+         "for 4-block steps (`var[mgpu-det-4blocks-reshared]`), same run"),
+        ("h200_fp8_sweep_det_straddle_s14.json", "FP8 W8A16 deterministic decode with steps "
+         "of 2 across the parts' ends (`_det`, session 14) vs one block a step (`_det_s13`), "
+         "beside default mode (`_auto`), same run"),
+        ("h200_fp4_det_stream_s14.json", "Deterministic streamed K parts (`var[mgpu-det-"
+         "streamed]`) where session 11's stream model kept in-CTA parts (`[det]` in that run), "
+         "same run (session 14)"),
+        ("h200_fp8_sweep_det_model_s14.json", "FP8 W8A16 deterministic mode under session 14's "
+         "stream model (`_det`) vs without the stream (`_det_cta`), same run"),
+        ("h200_fp4_grid_a16_det_s14.json", "Weight-only NVFP4 / MXFP4 / MXFP8 through the "
+         "dispatcher in both modes after session 14 (straddling steps, the stream model by "
+         "folded slabs), 11 shapes at M=1/16"),
+        ("h200_fp8_grid_a16_det_s14.json", "FP8 W8A16 (per-tensor, per-channel, block) "
+         "through the dispatcher in both modes after session 14, 11 shapes at M=1/16"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

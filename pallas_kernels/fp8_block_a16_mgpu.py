@@ -566,8 +566,7 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
     (det_stream_params) where DET_STREAM_MARGIN's model of bytes over filled SM slots says so
     (slabs of 8 * stream_slabs * x-tile rows bytes per weight row against in-CTA parts' waves;
     w_bits: the weight's stored bits per value, 8 for e4m3, 4.5 for NVFP4 with its scales).
-    Else the
-    P parts run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where
+    Else the P parts run as P in-CTA parts, or as P ranges (CTAs; float32 partials summed after) where
     that is cheaper by bytes: in-CTA parts stream the weight (K bytes per weight row) on the fraction
     f = min(1, tiles / SMs) of the SMs their tiles occupy; ranges stream it on all of them
     plus the partials' round trip (8 * P * rows bytes per weight row) -- ranges iff
