@@ -412,8 +412,9 @@ def blocks_per_step(block_m: int, part_blocks: int) -> int:
 
 
 def step_unit(p: dict, n: int, k: int) -> int:
-    """The K-blocks whose count a pipeline step of launch p must divide: a K range's part's;
-    with streamed K parts (which may end inside a step) each tile's K and each CTA's run."""
+    """The K-blocks that launch p's pipeline steps must divide: one K part's (K ranges,
+    in-CTA parts, streamed pieces: a step never crosses a part); with streamed K parts, which
+    may end inside a step, the gcd of a tile's K-blocks and each CTA's run."""
     kb = k // BLOCK
     if p.get("programs") is None or p.get("k_parts", 1) == 1:
         return kb // p.get("k_splits", 1) // p.get("k_parts", 1)

@@ -121,7 +121,7 @@ def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kin
     """Stream-K over whole K parts (deterministic decode, det_stream_params): every part to its
     own slab whichever CTA runs it ("store"), or a tile's first CTA folding its parts in
     registers and the later ones stored ("cond") -- bitwise `parts` K ranges, within the
-    float64 bound; with steps of 2 or 4 K-blocks whose parts end inside a step too."""
+    float64 bound; with steps of 2 K-blocks whose parts end inside a step too."""
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
     st = Stream.of(n // 128, k // 128 // blocks, programs, parts)
     assert st.steps * blocks % (k // 128 // parts) == 0 and st.pieces.tolist() == [parts] * (
@@ -445,6 +445,13 @@ def test_rejects_bad_operands(rng):
         fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, programs=4, k_parts=2)
     with pytest.raises(ValueError, match=r"needs one x tile .* got M=16, block_m=8"):
         fp8_block_a16_matmul_mgpu(jnp.concatenate([x, x]), w, ws, block_m=8, programs=2)
+    # streamed K parts may end inside a step, but every CTA's run holds whole steps
+    x3, w3, ws3 = _operands(rng, 8, 384, 384)  # 3 tiles x 3 parts of 1 K-block: 3 a CTA
+    with pytest.raises(ValueError, match=r"blocks_per_step must divide K/128=3 and the 3 "
+                                         r"K-blocks each of the 3 CTAs runs \(streamed K "
+                                         r"parts\), got 2"):
+        fp8_block_a16_matmul_mgpu(x3, w3, ws3, block_m=8, programs=3, k_parts=3,
+                                  blocks_per_step=2)
 
 
 @pytest.mark.gpu
