@@ -16,7 +16,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     a_load="words", beside byte loads), det4 / detw (deterministic launches: 4 vs 2 K-blocks
     a step, words vs bytes; M=1,16 / 256,4096), dets (deterministic steps straddling K parts'
     ends, K = 7168, beside one block a step), detstream (deterministic streamed parts where
-    det_params keeps in-CTA parts), grid.
+    det_params keeps in-CTA parts), detranges (deterministic K ranges with stored parts at
+    M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ DECODE_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096),
                  ("llama3-70b", 28672, 8192), ("deepseek-v3", 7168, 24576),
                  ("deepseek-v3", 7168, 36864), ("deepseek-v3", 18432, 7168)]
 LARGE_SHAPES = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576)]
+DETRANGES_SHAPES = [("llama3-8b", 14336, 4096), ("llama3-8b", 4096, 4096),
+                    ("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
+                    ("deepseek-v3", 18432, 7168)]
 DETSTREAM_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)]
 DETS_SHAPES = [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
                ("llama3-70b", 8192, 8192)]
@@ -195,7 +199,7 @@ def _mgpu_blocks_op(blocks: int) -> bench.Op:
     longer steps (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
     from pallas_kernels.group_a16_mgpu import with_step_blocks_of
 
-    def adjust(p, n, k):
+    def adjust(p, n, k, m):
         return with_step_blocks_of({**p, "a_load": "wgmma"}, n, k, blocks)
     return _mgpu_group_op("nvfp4_a16", f"{blocks}blocks", adjust=adjust, max_m=64)
 
@@ -229,21 +233,21 @@ def det_blocks_ops(k: int, n: int) -> list[bench.Op]:
     for fmt in ("nvfp4_a16", "mxfp4_a16"):
         ops += [_auto(fmt), _auto(fmt, det=True),
                 _mgpu_group_op(fmt, "det-2blocks", deterministic=True,
-                               adjust=lambda p, n, k: {**p, "blocks_per_step": min(
+                               adjust=lambda p, n, k, m: {**p, "blocks_per_step": min(
                                    2, p.get("blocks_per_step", 1))}),
                 _mgpu_group_op(fmt, "det-bytes", deterministic=True,
-                               adjust=lambda p, n, k: {**p, "a_load": "wgmma"})]
+                               adjust=lambda p, n, k, m: {**p, "a_load": "wgmma"})]
     return ops
 
 
-def _whole_part_steps(p: dict, n: int, k: int) -> dict:
+def _whole_part_steps(p: dict, n: int, k: int, m: int) -> dict:
     """Launch p with session 13's rule for streamed K parts: steps of 2 or 4 K-blocks only
     where every part holds whole steps (else one a step)."""
     per_part = k // 128 // p.get("k_splits", 1) // p.get("k_parts", 1)
     return p if per_part % p.get("blocks_per_step", 1) == 0 else {**p, "blocks_per_step": 1}
 
 
-def _four_block_stream(p: dict, n: int, k: int) -> dict:
+def _four_block_stream(p: dict, n: int, k: int, m: int) -> dict:
     """Deterministic streamed parts re-shared so that every CTA's run holds 4-block steps (the
     most CTAs, at most one per SM, whose runs of whole parts are multiples of 4 K-blocks)."""
     if p.get("k_parts", 1) == 1 or "programs" not in p:
@@ -273,7 +277,7 @@ def det_straddle_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
-def _det_streamed(p: dict, n: int, k: int) -> dict:
+def _det_streamed(p: dict, n: int, k: int, m: int) -> dict:
     """Deterministic launch p replaced by det_stream_params' streamed K parts where det_params'
     model kept in-CTA parts, with the dispatcher's step rule (4 K-blocks for e2m1 codes from
     FOUR_BLOCK_MIN_TILES tiles, else launch_params')."""
@@ -310,10 +314,74 @@ def det_stream_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def _det_stored_ranges(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's partition as det_params' "ranges" launch whatever its bytes model
+    says: default mode's K ranges (range_params, at most P), each storing its P / R parts to
+    slabs of their own (parts_sum="store") on the x tile holding M's rows (128 from 128 rows)."""
+    from pallas_kernels.fp8_block_a16_mgpu import range_params
+    from pallas_kernels.fp8_heuristics import det_k_parts
+    from pallas_kernels.group_a16_mgpu import PARTITION
+    if m > 256:
+        return p
+    parts, ranges = det_k_parts(k, 128), range_params(m, n, k, num_sms())
+    r = min(parts, ranges["k_splits"])
+    q = {key: v for key, v in p.items() if key not in PARTITION}
+    q.update(block_m=ranges["block_m"], k_splits=r, k_parts=parts // r, blocks_per_step=1)
+    if r < parts:
+        q["parts_sum"] = "store"
+    return q
+
+
+def det_ranges_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode at M = 64 / 256 as default mode's K ranges with stored parts beside
+    det_params' choice (streamed parts with 64-row x tiles, or in-CTA parts narrowed to 64).
+    Why: at M=256 NVFP4 det/default reached 1.67x on 14336x4096 (session 13), fp8 1.37x, at
+    M=64 fp8 1.30x on 8192x8192 / 18432x7168 (session 12); the bytes model rejected ranges
+    there by a few percent (16384 vs 15224 bytes a row on 14336x4096). Prediction: ranges with
+    stored parts ~1.3x of default at M=256 on the small-N shapes (8 slabs: +50 MB of float32
+    round trip against default's 2), no better at M=64 where the stream is already default
+    mode's partition size."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, "det-stored-ranges", deterministic=True,
+                               adjust=_det_stored_ranges)]
+    return ops
+
+
+def _with_k_parts(parts: int):
+    """Default mode's launch with each K range summed as `parts` in-CTA parts (cond), where
+    its ranges hold a multiple of them and no stream runs (the sums differ from one part's
+    only in float32 rounding order)."""
+    def adjust(p, n, k, m):
+        ranges = k // 128 // p.get("k_splits", 1)
+        if "programs" in p or ranges % parts:
+            return p
+        return {**p, "k_parts": parts, "parts_sum": "cond"}
+    return adjust
+
+
+def kparts_ops(k: int, n: int) -> list[bench.Op]:
+    """Default mode at M = 128 / 256 (128-row x tiles) with its K ranges summed as 2 or 8
+    in-CTA parts beside one. Why: deterministic mode (8 in-CTA parts, otherwise default mode's
+    tile) ran 5-16% faster than default mode at M=256 on 8192x8192 / 18432x7168 / 4096x6144
+    for NVFP4 (sessions 13 and 14, h200_fp4_det_ranges_s14.json). Prediction: k_parts=8 5-15%
+    faster than 1 at 128-row tiles for the 4-bit codes if the part's cond is what helps (it
+    resets the running sum's dependence every part); no change for MXFP8 (its det/default
+    there was 1.12-1.13x)."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt)] + [_mgpu_group_op(fmt, f"kparts{q}", adjust=_with_k_parts(q))
+                               for q in (2, 8)]
+    return ops
+
+
 def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
                    max_m: int | None = 256, **overrides) -> bench.Op:
     """fmt's weight-only matmul on the Mosaic kernel with the dispatcher's launch
-    (group_launch_params, in deterministic mode if asked; adjust(params, n, k) -> params) plus
+    (group_launch_params, in deterministic mode if asked; adjust(params, n, k, m) -> params) plus
     `overrides`, timed up to max_m (deterministic: every M)."""
     from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
     from pallas_kernels.fp4_matmul import GROUP_FORMAT
@@ -329,7 +397,7 @@ def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
                                                        deterministic=deterministic).items()
              if key != "a_in_registers"}
         if adjust is not None:
-            p = adjust(p, n, k)
+            p = adjust(p, n, k, m)
         kw = {}
         if g == "nvfp4":
             col, post = nvfp4_post_scale(qw, qw.spec)
@@ -393,6 +461,10 @@ def main(argv=None) -> int:
             plan.append((DETS_SHAPES, (1, 16), det_straddle_ops))
         elif part == "detstream":  # streamed parts where the model keeps in-CTA parts
             plan.append((DETSTREAM_SHAPES, (1, 16), det_stream_ops))
+        elif part == "detranges":  # M=64/256: ranges with stored parts vs det_params' choice
+            plan.append((DETRANGES_SHAPES, (64, 256), det_ranges_ops))
+        elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
+            plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes
             plan.append((MID_SHAPES, (256, 4096), det_blocks_ops))
         elif part == "mid":

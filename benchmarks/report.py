@@ -341,6 +341,11 @@ def main() -> int:
          "folded slabs), 11 shapes at M=1/16"),
         ("h200_fp8_grid_a16_det_s14.json", "FP8 W8A16 (per-tensor, per-channel, block) "
          "through the dispatcher in both modes after session 14, 11 shapes at M=1/16"),
+        ("h200_fp4_det_ranges_s14.json", "Deterministic mode at M=64/256 as default "
+         "mode's K ranges storing their parts (`var[mgpu-det-stored-ranges]`) vs det_params' "
+         "launch (`[det]`), session 14, same run (not adopted)"),
+        ("h200_fp4_kparts_s14.json", "Default mode at M=128/256 with its K ranges as 2 or 8 "
+         "in-CTA parts (`var[mgpu-kparts<P>]`) vs one, session 14, same run (not adopted)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
