@@ -279,12 +279,11 @@ def det_straddle_ops(k: int, n: int) -> list[bench.Op]:
 
 def _det_streamed(p: dict, n: int, k: int, m: int) -> dict:
     """Deterministic launch p replaced by det_stream_params' streamed K parts where det_params'
-    model kept in-CTA parts, with the dispatcher's step rule (4 K-blocks for e2m1 codes from
-    FOUR_BLOCK_MIN_TILES tiles, else launch_params')."""
-    from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, blocks_per_step,
-                                                   det_stream_params, step_unit)
+    model kept in-CTA parts: its steps (2 K-blocks where they fit), or 4 where p took 4 (the
+    dispatcher's rule for e2m1 codes) and the stream's steps hold them."""
+    from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, det_stream_params,
+                                                   step_unit)
     from pallas_kernels.fp8_heuristics import det_k_parts
-    from pallas_kernels.group_a16_mgpu import FOUR_BLOCK_MIN_TILES
     if "programs" in p:
         return p
     q = det_stream_params(p["block_m"], n, k, num_sms(), det_k_parts(k, 128),
@@ -292,11 +291,8 @@ def _det_streamed(p: dict, n: int, k: int, m: int) -> dict:
     if q is None:
         return p
     q = {**q, "a_load": p.get("a_load", "wgmma")}
-    if (p.get("blocks_per_step", 1) == 4 and n // 128 >= FOUR_BLOCK_MIN_TILES
-            and step_unit(q, n, k) % 4 == 0):
+    if p.get("blocks_per_step", 1) == 4 and step_unit(q, n, k) % 4 == 0:
         q["blocks_per_step"] = 4
-    else:
-        q["blocks_per_step"] = blocks_per_step(q["block_m"], step_unit(q, n, k))
     return q
 
 

@@ -201,7 +201,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         (n, k), m = qw.storage_shape, x.shape[0]
         params = dict(a_in_registers=a_in_registers)
         if small == "ranges":  # session 9's decode launch: K ranges
-            params.update(with_step_blocks(range_params(m, n, k, num_sms()), k))
+            params.update(with_step_blocks(range_params(m, n, k, num_sms()), n, k))
         elif small == "stream":
             params.update(stream_params(m, n, k, num_sms()))
         elif small in ("det", "det_fold", "det_s13"):
@@ -214,11 +214,11 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         elif small == "det_cta":  # deterministic mode without the stream of K parts
             params.update(with_step_blocks(det_params(
                 m, n, k, num_sms(), streamed=False, min_x_tile=DET_GPU_MIN_X_TILE,
-                narrow=True), k))
+                narrow=True), n, k))
         elif small in ("det_ranges", "det_x16", "det_wide"):
             params.update(with_step_blocks(det_params(
                 m, n, k, num_sms(), streamed=small != "det_ranges",
-                min_x_tile=DET_GPU_MIN_X_TILE if small == "det_wide" else DET_MIN_X_TILE), k))
+                min_x_tile=DET_GPU_MIN_X_TILE if small == "det_wide" else DET_MIN_X_TILE), n, k))
         elif small is not None:
             params = {**launch_params(m, n, k, interpret), **params,
                       **(small if isinstance(small, dict) else {})}

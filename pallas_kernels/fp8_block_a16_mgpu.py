@@ -422,13 +422,12 @@ def step_unit(p: dict, n: int, k: int) -> int:
     return math.gcd(kb, tiles * kb // p["programs"])
 
 
-def with_step_blocks(small: dict, k: int) -> dict:
+def with_step_blocks(small: dict, n: int, k: int) -> dict:
     """Launch settings with blocks_per_step=2 added where blocks_per_step allows it for their
-    K parts (settings that carry their own, as streams do, are left as they are)."""
+    steps (step_unit; settings that carry their own, as streams do, are left as they are)."""
     if "programs" in small or "blocks_per_step" in small:
         return small
-    per_part = k // BLOCK // small.get("k_splits", 1) // small.get("k_parts", 1)
-    blocks = blocks_per_step(small.get("block_m", BLOCK), per_part)
+    blocks = blocks_per_step(small.get("block_m", BLOCK), step_unit(small, n, k))
     return {**small, "blocks_per_step": 2} if blocks == 2 else small
 
 
@@ -630,7 +629,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
             w_bits=w_bits)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
-    return dict(a_in_registers=not interpret, **with_step_blocks(small, k))
+    return dict(a_in_registers=not interpret, **with_step_blocks(small, n, k))
 
 
 def _tile_scales(scales: str, tile_rows: int, k: int, held: int = 1) -> tuple[int, int]:
@@ -831,6 +830,8 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
     per_part = k // BLOCK // k_splits // k_parts
     streamed_parts = programs is not None and k_parts > 1  # (parts may end inside a step)
+    launch = dict(k_splits=k_splits, k_parts=k_parts, programs=programs,
+                  compute_wgs=compute_wgs)
     if blocks_per_step not in step_blocks or (per_part % blocks_per_step
                                               and not streamed_parts):
         raise ValueError(f"blocks_per_step must be 1, or {' or '.join(map(str, step_blocks[1:]))}"
@@ -847,11 +848,10 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
         if k_splits != 1 or m > block_m:
             raise ValueError(f"programs (stream-K) needs one x tile (M <= block_m) and "
                              f"k_splits=1; got M={m}, block_m={block_m}, k_splits={k_splits}")
-        run = tiles * (k // BLOCK) // programs  # K-blocks a CTA runs
-        if streamed_parts and ((k // BLOCK) % blocks_per_step or run % blocks_per_step):
-            raise ValueError(f"blocks_per_step must divide K/{BLOCK}={k // BLOCK} and the {run} "
-                             f"K-blocks each of the {programs} CTAs runs (streamed K parts), "
-                             f"got {blocks_per_step!r}")
+        if streamed_parts and step_unit(launch, n, k) % blocks_per_step:
+            raise ValueError(f"blocks_per_step must divide K/{BLOCK}={k // BLOCK} and the "
+                             f"{tiles * (k // BLOCK) // programs} K-blocks each of the "
+                             f"{programs} CTAs runs (streamed K parts), got {blocks_per_step!r}")
 
 
 def _scale_operand(w_scale: jax.Array, kind: str, n: int, k: int) -> tuple[jax.Array, str]:
