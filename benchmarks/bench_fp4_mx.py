@@ -16,7 +16,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     a_load="words", beside byte loads), det4 / detw (deterministic launches: 4 vs 2 K-blocks
     a step, words vs bytes; M=1,16 / 256,4096), dets (deterministic steps straddling K parts'
     ends, K = 7168, beside one block a step), detstream (deterministic streamed parts where
-    det_params keeps in-CTA parts), detranges (deterministic K ranges with stored parts at
+    det_params keeps in-CTA parts), dethalves (a det order of two halves of K at M = 64 / 256),
+    detranges (deterministic K ranges with stored parts at
     M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
@@ -46,6 +47,9 @@ LARGE_SHAPES = [("llama3-70b", 8192, 8192), ("deepseek-v3", 7168, 24576)]
 DETRANGES_SHAPES = [("llama3-8b", 14336, 4096), ("llama3-8b", 4096, 4096),
                     ("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
                     ("deepseek-v3", 18432, 7168)]
+# det_halves_ops: the shapes of few weight tiles (N <= 10240) and one wide one (control)
+DETHALVES_SHAPES = DETRANGES_SHAPES + [("llama3-70b", 8192, 10240), ("llama3-70b", 28672, 8192),
+                                       ("deepseek-v3", 7168, 24576)]
 DETSTREAM_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)]
 DETS_SHAPES = [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
                ("llama3-70b", 8192, 8192)]
@@ -346,6 +350,36 @@ def det_ranges_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def _det_halves(p: dict, n: int, k: int, m: int) -> dict:
+    """A deterministic order of two halves of K, each the left fold of its P / 2 parts, the
+    halves' sums added after: 2 K ranges of P / 2 in-CTA parts (parts_sum="cond") on the x
+    tile holding M's rows -- at 128-row tiles default mode's two-range launch."""
+    from pallas_kernels.fp8_block_a16_mgpu import DET_GPU_MIN_X_TILE, _x_tile
+    from pallas_kernels.fp8_heuristics import det_k_parts
+    from pallas_kernels.group_a16_mgpu import PARTITION
+    parts = det_k_parts(k, 128)
+    q = {key: v for key, v in p.items() if key not in PARTITION}
+    block_m = max(DET_GPU_MIN_X_TILE, _x_tile(m))
+    per_part = k // 128 // parts
+    q.update(block_m=block_m, k_splits=2, k_parts=parts // 2, parts_sum="cond",
+             blocks_per_step=2 if block_m <= 16 and per_part % 2 == 0 else 1)
+    return q
+
+
+def det_halves_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode's launch against a det order of two halves of K (_det_halves).
+    Why: at M = 64 / 256 det/default reaches 1.3-1.7x on the shapes with few weight tiles,
+    where default mode runs two K ranges and deterministic mode, bound to one left fold of
+    P parts, runs streamed slabs or narrowed in-CTA parts. Prediction (NOTES session 15):
+    ~1.1x default at M=256 where default runs two ranges, 1.1-1.3x where it runs one."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, "det-halves", deterministic=True, adjust=_det_halves)]
+    return ops
+
+
 def _with_k_parts(parts: int):
     """Default mode's launch with each K range summed as `parts` in-CTA parts (cond), where
     its ranges hold a multiple of them and no stream runs (the sums differ from one part's
@@ -459,6 +493,8 @@ def main(argv=None) -> int:
             plan.append((DETSTREAM_SHAPES, (1, 16), det_stream_ops))
         elif part == "detranges":  # M=64/256: ranges with stored parts vs det_params' choice
             plan.append((DETRANGES_SHAPES, (64, 256), det_ranges_ops))
+        elif part == "dethalves":  # a det order of two halves of K (session 15)
+            plan.append((DETHALVES_SHAPES, (64, 256), det_halves_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

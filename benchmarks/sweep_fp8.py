@@ -211,6 +211,15 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             per_part = k // 128 // params.get("k_splits", 1) // params.get("k_parts", 1)
             if small == "det_s13" and per_part % params.get("blocks_per_step", 1):
                 params["blocks_per_step"] = 1  # (session 13: no step across a part's end)
+        elif small == "det_halves":  # K parts folded within halves of K, the halves' sums
+            # added after: 2 K ranges of P / 2 in-CTA parts each (session 15's probe of a
+            # det order whose big-M launch is default mode's two ranges)
+            from pallas_kernels.fp8_block_a16_mgpu import _x_tile
+            from pallas_kernels.fp8_heuristics import det_k_parts
+            p = det_k_parts(k, 128)
+            params.update(with_step_blocks(dict(
+                block_m=max(DET_GPU_MIN_X_TILE if not interpret else DET_MIN_X_TILE,
+                            _x_tile(m)), k_splits=2, k_parts=p // 2, compute_wgs=2), n, k))
         elif small == "det_cta":  # deterministic mode without the stream of K parts
             params.update(with_step_blocks(det_params(
                 m, n, k, num_sms(), streamed=False, min_x_tile=DET_GPU_MIN_X_TILE,
@@ -228,7 +237,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
     mode = ("det" if small in ("det", "det_fold", "det_s13", "det_cta", "det_wide", "det_x16",
-                             "det_ranges")
+                             "det_ranges", "det_halves")
             else "default")
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
@@ -421,6 +430,12 @@ def main(argv=None) -> int:
         # stream 4-10% faster than in-CTA parts, as for MXFP8's 8-bit codes in session 14
         a16_launches(("auto", "det", "det_cta"), (1, 16), ("det", "det_cta"),
                      [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)])
+    if "det_halves" in parts:  # a det order of two halves, each a left fold (session 15)
+        # prediction (NOTES.md session 15): 2 ranges x P/2 in-CTA parts against default mode
+        # and today's det launch: at M=256 ~1.1x default where default runs 2 ranges
+        # (4096x4096, 14336x4096, 8192x10240: det today 1.34-1.88x), 1.1-1.3x where it runs
+        # one (two f32 slabs, 2x CTAs); at M=64 ~1.1-1.2x (64-row parts' cond)
+        a16_launches(("auto", "det", "det_halves"), (16, 64, 256), ("det", "det_halves"))
     if "det_straddle" in parts:  # steps across K parts' ends (session 14)
         # prediction: K=7168 det at M=1/16 from one K-block a step (parts of 7) to two: det/default
         # 1.12-1.17x -> ~1.08-1.12x (session 7: two blocks a step -1..+4% for fp8 weights at
