@@ -436,6 +436,11 @@ def main(argv=None) -> int:
         # (4096x4096, 14336x4096, 8192x10240: det today 1.34-1.88x), 1.1-1.3x where it runs
         # one (two f32 slabs, 2x CTAs); at M=64 ~1.1-1.2x (64-row parts' cond)
         a16_launches(("auto", "det", "det_halves"), (16, 64, 256), ("det", "det_halves"))
+    if "det_groups" in parts:  # the two-group order through det_params (session 15)
+        # prediction (NOTES.md session 15): det/default <= 1.15x at M=64/256 on the shapes of
+        # N <= 10240 (call 1's two ranges where they fill the SMs, the first half's sum parked
+        # in shared memory elsewhere), M <= 16 within 1.10x, M=4096 as before (+0-3%)
+        a16_launches(("auto", "det"), (1, 16, 64, 256, 4096), ("det",))
     if "det_straddle" in parts:  # steps across K parts' ends (session 14)
         # prediction: K=7168 det at M=1/16 from one K-block a step (parts of 7) to two: det/default
         # 1.12-1.17x -> ~1.08-1.12x (session 7: two blocks a step -1..+4% for fp8 weights at

@@ -19,6 +19,7 @@ import jax
 __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "cache_config",
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
            "deterministic_rows", "KShards", "KShardError", "k_shards", "current_k_shards",
+           "current_det_rows",
            "device_ranges",
            "NUM_SMS_DEFAULT"]
 
@@ -152,6 +153,11 @@ def load_tuned_configs(path: str | pathlib.Path) -> int:
 # columns would not be bitwise those of one device. Jit-cache-sensitive: a kernel traced inside
 # is another program.
 _DET_ROWS = jax.make_user_context(default_value=None)
+
+
+def current_det_rows() -> int | None:
+    """The unsharded N of an enclosing `deterministic_rows`, if any (read at trace time)."""
+    return _DET_ROWS.value
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ from jax._src import dtypes  # itemsize_bits: the public dtype API has no sub-by
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import cdiv, current_k_shards, device_ranges
+from .common import cdiv, current_det_rows, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits, writes_partials
 from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
@@ -65,7 +65,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
-           "det_stream_params",
+           "det_stream_params", "det_groups", "DET_GROUPS_MAX_N",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
            "with_step_blocks", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
@@ -98,7 +98,7 @@ FOUR_WG_MAX_X_TILE = 32
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
-            group_fmt: str | None = None):
+            group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
@@ -112,7 +112,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         gb = fmt.scale_bytes  # scale bytes per K-block and row
         g_tile = group_tile_blocks(blocks, gb)  # K-blocks per scale tile
 
-    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part):
+    # k_groups > k_splits: a CTA's range holds two groups of parts (check_launch): the first
+    # group's sum waits in shared memory (park_smem) for the second's
+    parked = k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and stream is None
+
+    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, park_smem):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
         # (carry,) with this tile's scales in ws_tile, loaded once (_scope; "tensor": the value)
         ws = ((refs[0], None, 0) if scales == "rows" else
@@ -131,7 +135,14 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         run, grand = carry  # this part's running total; the finished parts' sum
         run = one_block(w_smem, x_smem, ws, run, a_smem)
         zero = zero_total(run.shape)
-        return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
+        close = lambda r, g: (zero, g + r)  # noqa: E731
+        if parked:  # the first group's last part: its sum parked, the second from zero
+            def park(r, g):
+                park_smem[lax.axis_index("wg")] = g + r
+                return zero, zero
+            mid = idx[0] // per_part == k_parts // 2 - 1
+            close = lambda r, g: lax.cond(mid, park, lambda r, g: (zero, g + r), r, g)  # noqa
+        return lax.cond(ends, close, lambda r, g: (r, g), run, grand)
 
     def one_block(w_smem, x_smem, ws, total, a_smem, closes=None):
         # one step: `blocks` K-blocks added to total in K order. closes: {j: fn} for
@@ -302,21 +313,25 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                                              zero_total(r.shape))[1], lambda r: r, run)
 
         def fold_part(tile, part, store, run, grand):
-            # parts_sum="cond": the CTA that holds a tile's part 0 (its first) adds its parts
-            # to their sum in registers -- the left fold of K order -- and stores that prefix
-            # once, to slab 0; the tile's later parts (other CTAs) go to slabs 1.. in order
+            # parts_sum="cond": the CTA that holds a group's first part (k_groups groups of a
+            # tile's parts, each its own left fold; one group: the tile) adds its parts of the
+            # group to their sum in registers and stores that prefix once, to the group's
+            # slab 0; the group's later parts (other CTAs) go to its slabs 1.. in order
             zero = zero_total(run.shape)
-            first_c = tile * stream.parts // stream.run_parts
-            prefix = jnp.minimum(stream.parts, (first_c + 1) * stream.run_parts
-                                 - tile * stream.parts)  # the tile's parts there
+            gp = stream.parts // k_groups  # parts per group
+            grp = part // gp
+            vt, vpart = tile * k_groups + grp, part - grp * gp  # the group as a tile of its own
+            first_c = vt * gp // stream.run_parts
+            prefix = jnp.minimum(gp, (first_c + 1) * stream.run_parts - vt * gp)
+            base = grp * group_slabs
 
             def in_prefix(r, g):
                 g = g + r
-                return lax.cond(part == prefix - 1, lambda g: (store(g, 0), zero)[1],
+                return lax.cond(vpart == prefix - 1, lambda g: (store(g, base), zero)[1],
                                 lambda g: g, g)
 
             def later(r, g):
-                store(r, 1 + part - prefix)
+                store(r, base + 1 + vpart - prefix)
                 return g
             return zero, lax.cond(c == first_c, in_prefix, later, run, grand)
 
@@ -329,6 +344,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
         a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
+    if parked:
+        scratch.update(park_smem=plgpu.SMEM((wgs, WG_ROWS, block_m), F32,
+                                            transforms=swizzled(F32, block_m)))
     if scales in ("block", "channel"):
         scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k,
                                                        stream.held if stream else 1), F32),
@@ -342,7 +360,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                             transforms=swizzled(out_gmem.dtype, block_m)),
         collective_axes="wg", **scratch,
     )
-    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
+    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None, park_smem=None):
         if stream is not None:
             return streamed(allocs, out_smem, a_smem, ws_tile, ws_bar)
         t = lax.axis_index("tile")
@@ -364,12 +382,21 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         if slabs > 1:  # every part stored as it ends (store_part)
             def context(run):
                 run(zero_total(out_smem.shape[1:]))
+        elif parked:  # the second group's sum, then the first's parked one added to it
+            def context(run):
+                zero = zero_total(out_smem.shape[1:])
+                second = run((zero, zero))[1]
+                first_sum = plgpu.load(park_smem.at[lax.axis_index("wg")],
+                                       layout=plgpu.Layout.WGMMA)
+                store_wg_rows(first_sum + second, out_smem=out_smem,
+                              out_gmem=out_gmem.at[split], row_slice=n_slice,
+                              col_slice=m_slice)
         else:
             context = functools.partial(store_rows, out_smem=out_smem,
                                         out_gmem=out_gmem.at[split], row_slice=n_slice,
                                         col_slice=m_slice, parts=k_parts > 1)
         step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps,
-                                      store_part=store_part)
+                                      store_part=store_part, park_smem=park_smem)
         # x's last tile may reach past its rows: TMA fills those with zeros
         pipeline(step_body, context, lambda i: (0, split * steps + i))(
             w_gmem.at[n_slice], x_gmem.at[m_slice], *ws_refs, allocations=allocs)
@@ -487,13 +514,14 @@ def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dic
 
 
 def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs: int = 2,
-                      min_x_tile: int = DET_MIN_X_TILE) -> dict | None:
+                      min_x_tile: int = DET_MIN_X_TILE, groups: int = 1) -> dict | None:
     """Deterministic mode's stream-K launch for one x tile (M <= 128; else None): the weight
     tiles' `parts` K parts shared out whole, the most CTAs (at most one per SM) running equal
     runs of at least eight K-blocks (or one part) each; each part stored to its own slab (or,
     up to FOLD_MAX_X_TILE rows, a tile's first CTA folding its parts into one prefix slab) and
     the slabs added in part order -- bitwise `parts` K ranges, as the other launches of
-    det_params give them, whatever the CTA count. Steps of two K-blocks (x tiles <= 16 rows)
+    det_params give them, whatever the CTA count (with `groups` groups of parts, each group
+    folded and summed so, then the groups: det_groups). Steps of two K-blocks (x tiles <= 16 rows)
     wherever the CTAs' runs and the tiles' K hold them, across parts' ends too (step_unit)."""
     block_m = max(min_x_tile, _x_tile(m))
     if m > block_m or parts == 1:
@@ -508,16 +536,18 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
                     dict(k_splits=1, k_parts=parts, programs=programs,
                          compute_wgs=compute_wgs), n, k)),
                 parts_sum="cond" if block_m <= FOLD_MAX_X_TILE else "store",
-                compute_wgs=compute_wgs)
+                compute_wgs=compute_wgs, **({"k_groups": groups} if groups > 1 else {}))
 
 
 def stream_slabs(p: dict, n: int, k: int) -> float:
     """The mean float32 slabs a weight tile's sum comes in under streamed-parts launch p: its
     P parts, or with parts folded by the tile's first CTA (parts_sum="cond") that prefix's
-    one plus one per part the tile's later CTAs run (Stream.folded)."""
-    st = Stream.of(n // (p.get("compute_wgs", 2) * WG_ROWS), k // BLOCK // p["blocks_per_step"],
-                   p["programs"], p["k_parts"])
-    return float((st.folded() if p.get("parts_sum") == "cond" else st).pieces.mean())
+    one plus one per part the tile's later CTAs run (Stream.folded) -- per group of parts
+    (k_groups), summed over the groups."""
+    g = p.get("k_groups", 1)  # each group of a tile's parts streamed as a tile of its own
+    st = Stream.of(n // (p.get("compute_wgs", 2) * WG_ROWS) * g,
+                   k // BLOCK // p["blocks_per_step"], p["programs"], p["k_parts"] // g)
+    return float((st.folded() if p.get("parts_sum") == "cond" else st).pieces.mean() * g)
 
 
 # Streamed parts are folded by each tile's first CTA (parts_sum="cond", Stream.folded) up to
@@ -557,11 +587,48 @@ def _narrow_x_tile(m: int, tiles: int, block_m: int, sms: int) -> int:
                 and cdiv(tiles * cdiv(m, b), sms) <= waves), default=block_m)
 
 
+# Deterministic mode's K order for weights of up to this many rows is two groups of parts --
+# each half of K the left fold of its P / 2 parts, the halves' sums added after -- so that it
+# can run as default mode's two K ranges where the weight tiles alone leave SMs idle (H200,
+# session 15, benchmarks/sweep_fp8.py --parts det_halves: det/default 1.30-1.35x -> 1.04x at
+# M=64 on 8192x8192 / 18432x7168, 1.21-1.35x -> 1.10-1.12x at M=256 on 4096x4096 / 14336x4096
+# / 8192x10240); wider weights keep one left fold of P parts (their launches fill the SMs).
+DET_GROUPS_MAX_N = 16384
+# the two-range launch of a two-group order where its CTAs fill at least this fraction of one
+# wave's SMs (H200, session 15: 64 CTAs of 4096x4096 / 14336x4096 at M=16/64 ran 1.22-1.89x
+# default against the stream's 1.04-1.21x; 96-128 CTAs 0.93-1.16x)
+TWO_RANGE_MIN_FILL = 0.75
+
+
+def det_groups(n: int, parts: int) -> int:
+    """The groups of K parts in deterministic mode's order for a weight of n rows (the
+    unsharded N of an enclosing `deterministic_rows`): 2 up to DET_GROUPS_MAX_N rows where the
+    parts pair up, else 1. A function of N and K only (through the parts), never of M."""
+    rows = current_det_rows() or n
+    return 2 if parts % 2 == 0 and rows <= DET_GROUPS_MAX_N else 1
+
+
+def _two_ranges(m: int, n: int, k: int, sms: int, block_m: int, ctas: int, parts: int,
+                compute_wgs: int) -> dict | None:
+    """A two-group order's two K ranges (each its group's P / 2 parts folded in the CTA) on
+    block_m-row x tiles, up to SPLIT_MAX_M rows (their two float32 slabs), where their 2 * ctas
+    CTAs fill TWO_RANGE_MIN_FILL of the SMs and take fewer waves per CTA's work than the ctas
+    CTAs of in-CTA parts; else None."""
+    two = 2 * ctas
+    if m > SPLIT_MAX_M or two < TWO_RANGE_MIN_FILL * sms or cdiv(two, sms) / two >= cdiv(ctas, sms) / ctas:
+        return None
+    return dict(block_m=block_m, k_splits=2, k_parts=parts // 2, k_groups=2,
+                compute_wgs=compute_wgs)
+
+
 def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
                streamed: bool = True, min_x_tile: int = DET_MIN_X_TILE,
                narrow: bool = False, w_bits: float = 8) -> dict:
     """Deterministic mode's settings: K always summed as P = det_k_parts(K) contiguous parts,
-    each from zero, added in K order. Only the launch follows M, never the order. With one x
+    each from zero, added in K order -- up to DET_GROUPS_MAX_N rows as two groups (det_groups:
+    each half of K's parts added in order, then the halves' sums), where the two halves may
+    run as two K ranges (_two_ranges) and in-CTA parts park the first half's sum in shared
+    memory (k_groups). Only the launch follows M, never the order. With one x
     tile (M <= 128) the tiles' P parts are shared out whole over up to one CTA per SM
     (det_stream_params) where DET_STREAM_MARGIN's model of bytes over filled SM slots says so
     (slabs of 8 * stream_slabs * x-tile rows bytes per weight row against in-CTA parts' waves;
@@ -589,28 +656,39 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
     ctas = tiles * cdiv(m, block_m)
     fill = min(1.0, ctas / sms)
     ranges = m <= SPLIT_MAX_M and 8 * parts * rows < k * count * (1 / fill - 1)
+    groups = det_groups(n, parts)
+    grouped = {"k_groups": groups} if groups > 1 else {}
     if shards is not None:
-        return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs)
-    stream = (det_stream_params(m, n, k, sms, parts, compute_wgs, min_x_tile) if streamed
-              else None)
+        return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs,
+                    **grouped)
+    two = (_two_ranges(m, n, k, sms, block_m, ctas, parts, compute_wgs) if groups == 2
+           else None)
+    stream = (det_stream_params(m, n, k, sms, parts, compute_wgs, min_x_tile, groups)
+              if streamed else None)
     if stream is not None:
-        in_cta = cdiv(ctas, sms) * sms / ctas
-        # (where K ranges would win, the stream does: the same slabs on more of the SMs)
+        in_cta = (cdiv(ctas, sms) * sms / ctas if two is None else
+                  cdiv(2 * ctas, sms) * sms / (2 * ctas))
         slabs = stream_slabs(stream, n, k)
-        if ranges or ((1 + 8 * slabs * block_m / (k * w_bits / 8)) * sms / stream["programs"]
-                      < DET_STREAM_MARGIN * in_cta):
+        cheaper = ((1 + 8 * slabs * block_m / (k * w_bits / 8)) * sms / stream["programs"]
+                   < DET_STREAM_MARGIN * in_cta)
+        # (where K ranges would win, the stream does: the same slabs on more of the SMs;
+        # the two ranges of a two-group order write two slabs, not P)
+        if cheaper or (ranges and two is None):
             return stream
+    if two is not None:
+        return two
     if ranges:  # as many CTAs per tile as default mode's decode settings, each storing its
         # P / R parts as slabs (parts_sum="store"): the P ranges' bits (session 9)
         r = min(parts, range_params(m, n, k, sms, compute_wgs)["k_splits"])
         if r == parts:
-            return dict(block_m=block_m, k_splits=parts, k_parts=1, compute_wgs=compute_wgs)
+            return dict(block_m=block_m, k_splits=parts, k_parts=1, compute_wgs=compute_wgs,
+                        **grouped)
         return dict(block_m=block_m, k_splits=r, k_parts=parts // r, parts_sum="store",
-                    compute_wgs=compute_wgs)
+                    compute_wgs=compute_wgs, **grouped)
     # (narrowed only here: against streamed parts, 32-row in-CTA parts ran 1.2-1.6x slower
     # at M=64-128, session 11)
     return dict(block_m=_narrow_x_tile(m, tiles, block_m, sms) if narrow else block_m,
-                k_splits=1, k_parts=parts, compute_wgs=compute_wgs)
+                k_splits=1, k_parts=parts, compute_wgs=compute_wgs, **grouped)
 
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
@@ -673,21 +751,28 @@ class Stream(NamedTuple):
         return self._replace(pieces=1 + self.parts - prefix)
 
 
-def _sum_pieces(y: jax.Array, stream: Stream, tile_rows: int) -> jax.Array:
+def _sum_pieces(y: jax.Array, pieces: np.ndarray, tile_rows: int, groups: int = 1) -> jax.Array:
     """(slabs, N, M) float32 pieces -> (N, M): each weight tile's pieces added in K order (slab
-    j holds piece j where the tile has one; the others were never written)."""
+    j holds piece j where the tile has one; the others were never written). With `groups`
+    groups of its K parts, slabs [g * S, (g + 1) * S) (S = slabs / groups) hold group g's
+    pieces, pieces[t * groups + g] of them: each group summed so, then the groups in order."""
     slabs, n, m = y.shape
-    y = y.reshape(slabs, n // tile_rows, tile_rows, m)
-    total = y[0]
-    for j in range(1, slabs):
-        held = jnp.asarray(stream.pieces > j)[:, None, None]
-        total = total + jnp.where(held, y[j], 0.0)
+    per = slabs // groups
+    y = y.reshape(groups, per, n // tile_rows, tile_rows, m)
+    total = None
+    for g in range(groups):
+        part = y[g, 0]
+        for j in range(1, per):
+            held = jnp.asarray(pieces[g::groups] > j)[:, None, None]
+            part = part + jnp.where(held, y[g, j], 0.0)
+        total = part if total is None else total + part
     return total.reshape(n, m)
 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
             a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
-            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0) -> int:
+            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0,
+            parked: bool = False) -> int:
     # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once;
     # "groups": a scale tile of group_bytes per K-block and row per step
     tile_rows = wgs * WG_ROWS
@@ -698,6 +783,7 @@ def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
     fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k, held)))
+    fixed += tile_rows * block_m * 4 if parked else 0  # a group's float32 sum (_kernel)
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
         return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
@@ -713,7 +799,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               block_m: int = BLOCK, k_splits: int = 1, k_parts: int = 1,
                               blocks_per_step: int = 1, compute_wgs: int = 2,
                               a_load: str = "wgmma", parts_sum: str = "cond",
-                              programs: int | None = None, a_in_registers: bool = True,
+                              programs: int | None = None, k_groups: int = 1,
+                              a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -795,18 +882,19 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                          f"{scale_kind!r}, got {tuple(w_scale.shape)}")
     check_launch(m, n, k, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                  blocks_per_step=blocks_per_step, programs=programs, compute_wgs=compute_wgs,
-                 group_m=group_m, parts_sum=parts_sum)
+                 group_m=group_m, parts_sum=parts_sum, k_groups=k_groups)
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
     return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
-                   parts_sum=parts_sum, scales=scales, programs=programs,
+                   parts_sum=parts_sum, scales=scales, programs=programs, k_groups=k_groups,
                    a_in_registers=a_in_registers, interpret=interpret)
 
 
 def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
                  blocks_per_step: int, programs: int | None, compute_wgs: int, group_m: int,
-                 parts_sum: str, step_blocks: tuple[int, ...] = (1, 2)) -> None:
+                 parts_sum: str, step_blocks: tuple[int, ...] = (1, 2),
+                 k_groups: int = 1) -> None:
     """The launch settings of fp8_block_a16_matmul_mgpu (see there) for an (M, N, K) problem,
     or a ValueError naming the one that is wrong. step_blocks: the K-blocks a pipeline step may
     hold (group_a16_mgpu's 4-bit codes: also 4)."""
@@ -828,6 +916,14 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
     if not (isinstance(k_parts, int) and k_parts >= 1 and (k // BLOCK // k_splits) % k_parts == 0):
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
+    if k_groups not in (1, 2) or (k_splits * k_parts) % k_groups:
+        raise ValueError(f"k_groups must be 1 or 2 and divide the {k_splits * k_parts} K "
+                         f"parts (k_splits x k_parts), got {k_groups!r}")
+    if (k_groups > 1 and parts_sum == "cond" and k_parts > 1 and programs is None
+            and k_splits not in (1, k_groups)):
+        raise ValueError(f"k_groups={k_groups} with parts folded in the CTA (parts_sum='cond') "
+                         f"needs k_splits 1 or {k_groups} (a range's parts in one group, or "
+                         f"all of them), got k_splits={k_splits}")
     per_part = k // BLOCK // k_splits // k_parts
     streamed_parts = programs is not None and k_parts > 1  # (parts may end inside a step)
     launch = dict(k_splits=k_splits, k_parts=k_parts, programs=programs,
@@ -880,7 +976,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
             parts_sum: str = "cond", scales: str = "rows",
             programs: int | None = None, finish=None,
-            group_fmt: str | None = None) -> jax.Array:
+            group_fmt: str | None = None, k_groups: int = 1) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
     ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
     K/group) viewed uint8); w e4m3, or int4 (e2m1 codes with scales="groups", or
@@ -903,18 +999,26 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32
     tile_rows = compute_wgs * WG_ROWS
-    stream = None if programs is None else Stream.of(
-        n // tile_rows, k // BLOCK // blocks_per_step, programs, k_parts)
-    if stream is not None and stream.parts > 1 and parts_sum == "cond":
-        stream = stream.folded()
-    slabs = (k_splits * (k_parts if parts_sum == "store" else 1) if stream is None
-             else int(stream.pieces.max()))
+    tiles, k_steps = n // tile_rows, k // BLOCK // blocks_per_step
+    stream = None if programs is None else Stream.of(tiles, k_steps, programs, k_parts)
+    parked = k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and stream is None
+    group_slabs, sum_groups = 0, 1 if parked else k_groups
+    if stream is not None:
+        # a group of a tile's parts is streamed as a tile of its own would be (the same runs)
+        groups = Stream.of(tiles * k_groups, k_steps, programs, k_parts // k_groups)
+        if stream.parts > 1 and parts_sum == "cond":
+            groups = groups.folded()
+        pieces = groups.pieces if stream.parts > 1 else stream.pieces
+        group_slabs = int(pieces.max())
+        slabs = group_slabs * k_groups
+    else:
+        slabs = k_splits * (k_parts if parts_sum == "store" else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
                   else out_dtype)
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
                      dtypes.itemsize_bits(w.dtype),
-                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0)
+                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0, parked)
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -926,14 +1030,15 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
-                          group_fmt=group_fmt),
+                          group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs),
         jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
-    if stream is not None:  # a tile's pieces (or parts), then (k_shards) the devices', in K
-        y, slabs = _sum_pieces(y, stream, tile_rows)[None], 1  # order
-    yt = sum_device_splits(y, slabs, n, mp)  # ranges (parts) in K order
+    if stream is not None:  # a tile's pieces (or parts, by group), in K order
+        y, slabs, sum_groups = _sum_pieces(y, pieces, tile_rows, k_groups)[None], 1, 1
+    # ranges (parts) in K order -- by group -- after (k_shards) the devices' are gathered
+    yt = sum_device_splits(y, slabs, n, mp, groups=sum_groups)
     if finish is not None:
         yt = finish(yt)
     return yt.T[:m].astype(out_dtype)

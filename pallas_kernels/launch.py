@@ -76,11 +76,22 @@ def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: 
     return y
 
 
-def sum_device_splits(y: jax.Array, split_k: int, m: int, n: int) -> jax.Array:
+def sum_device_splits(y: jax.Array, split_k: int, m: int, n: int,
+                      groups: int = 1) -> jax.Array:
     """sum_splits of this device's float32 partials -- inside `common.k_shards`, of every
-    device's, gathered first (device order along the axis is K order: splits stay in order)."""
+    device's, gathered first (device order along the axis is K order: splits stay in order).
+    groups: the splits form this many equal groups of consecutive ones, each summed in order,
+    then the groups' sums in order (a deterministic K order of groups of parts)."""
     shards = current_k_shards()
     if shards is not None:
         y = jax.lax.all_gather(y, shards.axis, axis=0, tiled=True)
         split_k *= shards.count
-    return sum_splits(y, split_k, m, n)
+    if groups == 1:
+        return sum_splits(y, split_k, m, n)
+    if split_k % groups:
+        raise ValueError(f"{split_k} splits do not form {groups} equal groups")
+    y = y.reshape(groups, split_k // groups * m, n)
+    total = sum_splits(y[0], split_k // groups, m, n)
+    for g in range(1, groups):
+        total = total + sum_splits(y[g], split_k // groups, m, n)
+    return total

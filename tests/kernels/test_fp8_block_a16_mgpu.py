@@ -12,8 +12,10 @@ import pytest
 
 from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
-from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_MIN_X_TILE, Stream,
-                                                _launch,
+from pallas_kernels import fp8_block_a16_mgpu
+from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_GROUPS_MAX_N,
+                                               DET_MIN_X_TILE, Stream,
+                                                _launch, check_launch,
                                                 _scale_operand, decode_params, det_params,
                                                 det_stream_params,
                                                 fp8_block_a16_matmul_mgpu, launch_params,
@@ -132,6 +134,52 @@ def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kin
     streamed = run(k_parts=parts, programs=programs, parts_sum=parts_sum, blocks_per_step=blocks)
     np.testing.assert_array_equal(streamed, run(k_splits=parts))  # (one K-block a step)
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
+
+
+@pytest.mark.parametrize("parts_sum", ["store", "cond"])
+@pytest.mark.parametrize("m,n,k,kind,parts,programs,blocks", [
+    # CTAs of 6 parts: a tile's second group begun by one CTA (folded), ended by the next
+    (5, 384, 1024, "tensor", 8, 4, 1),
+    # parts of 3 K-blocks, steps of 2: a group's end inside a step
+    (7, 512, 1536, "channel", 4, 8, 2)])
+def test_interpreter_streamed_k_groups_are_the_grouped_k_ranges_bitwise(rng, m, n, k, kind,
+                                                                         parts, programs,
+                                                                         blocks, parts_sum):
+    """A two-group order (k_groups=2: each half of K's parts added in order, then the halves'
+    sums) streamed -- each group folded by the CTA holding its first part, or every part
+    stored -- and in-CTA (the first half's sum parked in shared memory, or the halves as two
+    ranges): bitwise `parts` K ranges summed by group, not the one left fold, and within the
+    float64 bound."""
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    run = lambda **kw: np.asarray(fp8_block_a16_matmul_mgpu(
+        x, w, ws, scale_kind=kind, out_dtype=jnp.float32, interpret=True,
+        a_in_registers=False, block_m=16, **kw))
+    ranges = run(k_splits=parts, k_groups=2)
+    streamed = run(k_parts=parts, programs=programs, parts_sum=parts_sum, blocks_per_step=blocks,
+                   k_groups=2)
+    np.testing.assert_array_equal(streamed, ranges)
+    if parts_sum == "cond":  # (the in-CTA forms once per shape)
+        np.testing.assert_array_equal(run(k_parts=parts, k_groups=2), ranges)
+        np.testing.assert_array_equal(run(k_splits=2, k_parts=parts // 2, k_groups=2), ranges)
+    assert not np.array_equal(ranges, run(k_splits=parts))  # another order: other bits
+    _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
+
+
+def test_k_groups_launches_are_refused_where_a_group_would_not_be_one_fold(rng):
+    x, w, ws = _operands(rng, 8, 256, 1024)
+    with pytest.raises(ValueError, match=r"k_groups must be 1 or 2 and divide the 1 K parts "
+                                         r"\(k_splits x k_parts\), got 2"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, k_groups=2)
+    with pytest.raises(ValueError, match=r"k_groups must be 1 or 2 .* got 4"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, k_splits=4, k_groups=4)
+    with pytest.raises(ValueError, match=r"k_groups=2 with parts folded in the CTA "
+                                         r"\(parts_sum='cond'\) needs k_splits 1 or 2 .* got "
+                                         r"k_splits=4"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, k_splits=4, k_parts=2, k_groups=2)
+    # stored parts and plain ranges group either way (each part its own slab)
+    for kw in (dict(k_splits=4, k_parts=2, parts_sum="store"), dict(k_splits=8, k_parts=1)):
+        check_launch(8, 256, 1024, block_m=8, blocks_per_step=1, programs=None, compute_wgs=2,
+                     group_m=8, k_groups=2, **{"parts_sum": "cond", **kw})
 
 
 def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
@@ -360,6 +408,21 @@ def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n, determinis
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
+@pytest.mark.parametrize("m,n,k", [(256, 8192, 8192), (4096, 4096, 4096), (64, 4096, 4096),
+                                   (1, 10240, 8192)])
+def test_lowers_for_cuda_on_cpu_with_two_groups(m, n, k):
+    """det_params' two-group launches (in-CTA parts with the first half's sum parked in
+    shared memory at M=256 / 4096, streamed parts stored or folded by group) lower for CUDA,
+    with the registers as wgmma's A operand and the park counted in shared memory."""
+    p = launch_params(m, n, k, False, deterministic=True)
+    assert p["k_groups"] == 2
+    x = jnp.ones((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **p))
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+
+
 @pytest.mark.parametrize("m,params", [(5, dict(block_m=16, k_splits=2)),
                                       (130, dict(k_parts=2))])
 def test_interpreter_two_blocks_per_step_give_the_same_bits(rng, m, params):
@@ -482,11 +545,15 @@ def _fixed_order_rows(rng, ms, n, k, interpret):
         parts = p["k_splits"] * p["k_parts"]
         assert parts > 1  # the check has teeth only with parts to add
         own = {key: v for key, v in p.items() if key not in ("block_m", "compute_wgs")}
-        stream = det_stream_params(m, n, k, 132, parts, min_x_tile=p["block_m"])
+        groups = p.get("k_groups", 1)  # (the order's groups of parts: det_groups)
+        stream = det_stream_params(m, n, k, 132, parts, min_x_tile=p["block_m"], groups=groups)
         streamed = [] if stream is None else [{key: v for key, v in stream.items()
                                                if key not in ("block_m", "compute_wgs")}]
-        for form in [own, dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)
-                     ] + streamed:
+        forms = [dict(k_splits=parts, k_parts=1), dict(k_splits=1, k_parts=parts)]
+        if groups == 2:  # the halves as two ranges, and streamed parts stored one by one
+            forms.append(dict(k_splits=2, k_parts=parts // 2))
+            forms += [] if stream is None else [{**streamed[0], "parts_sum": "store"}]
+        for form in [own] + [{**f, "k_groups": groups} for f in forms] + streamed:
             y = fp8_block_a16_matmul_mgpu(
                 x_all[:m], w, ws, out_dtype=jnp.float32, block_m=p["block_m"],
                 compute_wgs=p["compute_wgs"],
@@ -504,7 +571,7 @@ def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
         np.testing.assert_array_equal(r, rows[0])
 
 
-def test_det_params_narrow_x_tiles_within_the_waves():
+def test_det_params_narrow_x_tiles_within_the_waves(monkeypatch):
     """Where det_params settles on in-CTA parts, on the GPU (narrow=True) they take the
     narrowest x tile of >= 32 rows whose CTAs run in as many waves: more SMs, fewer rows each;
     never more waves. The other launches are the same as without narrowing."""
@@ -520,10 +587,20 @@ def test_det_params_narrow_x_tiles_within_the_waves():
             assert -(-ctas(p["block_m"]) // 132) <= -(-ctas(wide["block_m"]) // 132)
             assert p["block_m"] == wide["block_m"] or -(-ctas(p["block_m"] // 2) // 132) > -(
                 -ctas(wide["block_m"]) // 132) or p["block_m"] == 32
-    # M=256 on 32 weight tiles: 2 x tiles of 128 rows (64 CTAs) -> 4 of 64 (128 CTAs)
-    assert det_params(256, 4096, 14336, 132, min_x_tile=8, narrow=True)["block_m"] == 64
-    # M=64 on 64 tiles: streamed parts stay (32-row in-CTA parts ran 1.55x slower)
-    assert "programs" in det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)
+    # M=256 on 32 weight tiles: a two-group order runs its halves as two ranges of 128-row x
+    # tiles (128 CTAs); one left fold of the parts narrows 2 x tiles of 128 rows (64 CTAs) to
+    # 4 of 64 (128 CTAs)
+    p = det_params(256, 4096, 14336, 132, min_x_tile=8, narrow=True)
+    assert (p["block_m"], p["k_splits"], p["k_groups"]) == (128, 2, 2)
+    with monkeypatch.context() as mp:
+        mp.setattr(fp8_block_a16_mgpu, "DET_GROUPS_MAX_N", 0)
+        assert det_params(256, 4096, 14336, 132, min_x_tile=8, narrow=True)["block_m"] == 64
+    # M=64 on 64 tiles: never narrowed in-CTA parts (32 rows ran 1.55x slower than streamed
+    # parts): the two halves as ranges, or with one left fold the stream
+    assert det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)["k_splits"] == 2
+    with monkeypatch.context() as mp:
+        mp.setattr(fp8_block_a16_mgpu, "DET_GROUPS_MAX_N", 0)
+        assert "programs" in det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)
     assert det_params(4096, 8192, 8192, 132, narrow=True)["block_m"] == 128  # 16 waves
 
 
@@ -532,17 +609,28 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
         for n, k in ((4096, 4096), (28672, 4096), (2560, 7168), (256, 384)):
             p = det_params(m, n, k, 132)
             assert p["k_splits"] * p["k_parts"] == det_k_parts(k, 128), (m, n, k, p)
-            # ranges and in-CTA parts mix only as stored parts (each its own slab)
-            assert (1 in (p["k_splits"], p["k_parts"]) or p["parts_sum"] == "store"), p
+            # ranges and in-CTA parts mix only as stored parts (each its own slab), or as the
+            # two halves of a two-group order
+            assert (1 in (p["k_splits"], p["k_parts"]) or p.get("parts_sum") == "store"
+                    or (p["k_splits"], p.get("k_groups")) == (2, 2)), p
+            assert p.get("k_groups", 1) == (
+                2 if n <= DET_GROUPS_MAX_N and det_k_parts(k, 128) % 2 == 0 else 1)
             assert p["block_m"] >= DET_MIN_X_TILE
     # one x tile: the tiles' 8 K parts shared out whole over (here) 128 CTAs, folded by each
     # tile's first CTA up to FOLD_MAX_X_TILE rows, each stored to its own slab beyond
+    # (each half of K's parts folded alone: two groups up to DET_GROUPS_MAX_N rows)
     assert det_params(1, 4096, 4096, 132) == dict(block_m=16, k_splits=1, k_parts=8,
                                                   programs=128, blocks_per_step=2,
-                                                  parts_sum="cond", compute_wgs=2)
+                                                  parts_sum="cond", compute_wgs=2, k_groups=2)
     assert det_stream_params(64, 8192, 8192, 132, 8)["parts_sum"] == "store"
     assert det_stream_params(16, 8192, 8192, 132, 8)["parts_sum"] == "cond"
-    assert det_params(16, 7168, 18432, 132)["programs"] == 112  # 56 tiles x 8 parts
+    assert det_stream_params(16, 7168, 18432, 132, 8)["programs"] == 112  # 56 tiles x 8 parts
+    # ... but the halves of its two-group order as two ranges fill 112 SMs without slabs
+    assert det_params(16, 7168, 18432, 132) == dict(block_m=16, k_splits=2, k_parts=4,
+                                                    k_groups=2, compute_wgs=2)
+    assert det_params(16, 8192, 8192, 132)["k_splits"] == 2  # 128 CTAs
+    assert det_params(16, 10240, 8192, 132)["programs"] == 128  # (two ranges: 160 CTAs)
+    assert "programs" in det_params(64, 4096, 4096, 132)  # (two ranges: 64 CTAs)
     # parts of 7 K-blocks: steps of 2 that straddle their ends (a CTA's 12 parts: 42 steps)
     assert det_params(1, 24576, 7168, 132)["blocks_per_step"] == 2
     assert det_stream_params(1, 256, 512, 132, 1) is None  # no parts to share
@@ -558,10 +646,17 @@ def test_det_params_launch_follows_m_but_not_the_k_order():
     # without the stream (session 10's launch): 32 weight tiles leave SMs idle -- as ranges,
     # launched as default mode's 4 decode CTAs a tile
     assert det_params(1, 4096, 4096, 132, streamed=False) == dict(
-        block_m=16, k_splits=4, k_parts=2, parts_sum="store", compute_wgs=2)
+        block_m=16, k_splits=4, k_parts=2, parts_sum="store", compute_wgs=2, k_groups=2)
     assert det_params(1, 28672, 4096, 132, streamed=False)["k_parts"] == 8  # 224 tiles
     assert det_params(64, 4096, 4096, 132, streamed=False)["k_splits"] == 4  # 32 tiles
-    assert det_params(256, 4096, 4096, 132)["k_parts"] == 8  # partials 2x the weight's bytes
+    # M=256 on 32 tiles: the halves as two ranges (128 CTAs; 8 stored parts' slabs would be
+    # 2x the weight's bytes); 64 tiles: in-CTA parts, the first half's sum parked in shared
+    # memory; at M > SPLIT_MAX_M never ranges
+    assert det_params(256, 4096, 4096, 132) == dict(block_m=128, k_splits=2, k_parts=4,
+                                                    k_groups=2, compute_wgs=2)
+    assert det_params(256, 8192, 8192, 132) == dict(block_m=128, k_splits=1, k_parts=8,
+                                                    compute_wgs=2, k_groups=2)
+    assert det_params(4096, 10240, 8192, 132)["k_splits"] == 1
     with k_shards("tp", 2):  # a device's K-slice: its half of the parts, always as ranges
         assert det_params(4096, 28672, 2048, 132) == dict(block_m=128, k_splits=4, k_parts=1,
                                                           compute_wgs=2)
@@ -688,6 +783,34 @@ def test_gpu_streamed_k_parts_are_the_k_ranges_bitwise(rng, kind, m, n, k, parts
                    parts_sum=parts_sum)
     np.testing.assert_array_equal(streamed, run(k_splits=p["k_parts"]))
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["block", "tensor"])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 10240, 8192), (64, 4096, 14336),
+                                   (16, 2560, 7168), (256, 8192, 8192)])
+def test_gpu_k_groups_forms_are_the_grouped_k_ranges_bitwise(rng, kind, m, n, k):
+    """A two-group order (det_groups: N <= DET_GROUPS_MAX_N) at real sizes in every form
+    det_params may launch -- streamed parts folded by group or stored (one x tile), the halves
+    as two ranges, in-CTA parts with the first half's sum parked in shared memory -- bitwise
+    its P K ranges summed by group, not their one left fold; within the float64 bound."""
+    from pallas_kernels.fp8_heuristics import num_sms
+    parts = det_k_parts(k, 128)
+    x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+    block_m = max(DET_GPU_MIN_X_TILE, -(-m // 8) * 8 if m <= 64 else 128)
+    block_m = next(b for b in (8, 16, 32, 64, 128) if b >= block_m)
+    run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
+        *a, scale_kind=kind, out_dtype=jnp.float32, block_m=block_m, **kw))(x, w, ws))
+    ranges = run(k_splits=parts, k_groups=2)
+    forms = [dict(k_parts=parts), dict(k_splits=2, k_parts=parts // 2)]
+    p = det_stream_params(m, n, k, num_sms(), parts, min_x_tile=block_m, groups=2)
+    if p is not None:
+        streamed = {key: v for key, v in p.items() if key not in ("block_m", "parts_sum")}
+        forms += [{**streamed, "parts_sum": s} for s in ("cond", "store")]
+    for form in forms:
+        np.testing.assert_array_equal(run(**form, k_groups=2), ranges, err_msg=str(form))
+    assert not np.array_equal(ranges, run(k_splits=parts))
+    _check(jnp.asarray(ranges), x, w, ws, jnp.float32)
 
 
 @pytest.mark.gpu
