@@ -220,6 +220,14 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             params.update(with_step_blocks(dict(
                 block_m=max(DET_GPU_MIN_X_TILE if not interpret else DET_MIN_X_TILE,
                             _x_tile(m)), k_splits=2, k_parts=p // 2, compute_wgs=2), n, k))
+        elif small == "det_g1":  # deterministic mode's launch for one left fold of the parts
+            # (session 14's order, for comparison: DET_GROUPS_MAX_N = 0)
+            from pallas_kernels import fp8_block_a16_mgpu as mod
+            saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
+            try:
+                params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
+            finally:
+                mod.DET_GROUPS_MAX_N = saved
         elif small == "det_cta":  # deterministic mode without the stream of K parts
             params.update(with_step_blocks(det_params(
                 m, n, k, num_sms(), streamed=False, min_x_tile=DET_GPU_MIN_X_TILE,
@@ -237,7 +245,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
     mode = ("det" if small in ("det", "det_fold", "det_s13", "det_cta", "det_wide", "det_x16",
-                             "det_ranges", "det_halves")
+                             "det_ranges", "det_halves", "det_g1")
             else "default")
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
@@ -440,7 +448,10 @@ def main(argv=None) -> int:
         # prediction (NOTES.md session 15): det/default <= 1.15x at M=64/256 on the shapes of
         # N <= 10240 (call 1's two ranges where they fill the SMs, the first half's sum parked
         # in shared memory elsewhere), M <= 16 within 1.10x, M=4096 as before (+0-3%)
-        a16_launches(("auto", "det"), (1, 16, 64, 256, 4096), ("det",))
+        a16_launches(("auto", "det", "det_g1"), (1, 16, 64, 256, 4096), ("det",),
+                     None if args.tiny else [s for s in (
+                         (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
+                         if s[2] <= 16384])
     if "det_straddle" in parts:  # steps across K parts' ends (session 14)
         # prediction: K=7168 det at M=1/16 from one K-block a step (parts of 7) to two: det/default
         # 1.12-1.17x -> ~1.08-1.12x (session 7: two blocks a step -1..+4% for fp8 weights at

@@ -344,9 +344,6 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     scratch = {} if a_in_registers else dict(
         a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
-    if parked:
-        scratch.update(park_smem=plgpu.SMEM((wgs, WG_ROWS, block_m), F32,
-                                            transforms=swizzled(F32, block_m)))
     if scales in ("block", "channel"):
         scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k,
                                                        stream.held if stream else 1), F32),
@@ -360,7 +357,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                             transforms=swizzled(out_gmem.dtype, block_m)),
         collective_axes="wg", **scratch,
     )
-    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None, park_smem=None):
+    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
+        # parked: the first group's float32 sum waits in out_smem (the kernel then writes
+        # float32: _launch), which costs no pipeline stage (a buffer of its own cost one of
+        # three at 128-row x tiles: 1.26x default at M=256 on 18432x7168, session 15)
+        park_smem = out_smem if parked else None
         if stream is not None:
             return streamed(allocs, out_smem, a_smem, ws_tile, ws_bar)
         t = lax.axis_index("tile")
@@ -388,6 +389,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                 second = run((zero, zero))[1]
                 first_sum = plgpu.load(park_smem.at[lax.axis_index("wg")],
                                        layout=plgpu.Layout.WGMMA)
+                # (store_wg_rows waits for no store: none left the slot since the park)
                 store_wg_rows(first_sum + second, out_smem=out_smem,
                               out_gmem=out_gmem.at[split], row_slice=n_slice,
                               col_slice=m_slice)
@@ -771,8 +773,7 @@ def _sum_pieces(y: jax.Array, pieces: np.ndarray, tile_rows: int, groups: int = 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
             a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
-            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0,
-            parked: bool = False) -> int:
+            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0) -> int:
     # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once;
     # "groups": a scale tile of group_bytes per K-block and row per step
     tile_rows = wgs * WG_ROWS
@@ -783,7 +784,6 @@ def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
     fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
     fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k, held)))
-    fixed += tile_rows * block_m * 4 if parked else 0  # a group's float32 sum (_kernel)
     fit = (SMEM_BYTES - fixed) // per_step
     if requested is None:
         return min(fit, max(2, (3 if block_m == BLOCK else 8) // blocks))
@@ -1014,11 +1014,11 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     else:
         slabs = k_splits * (k_parts if parts_sum == "store" else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
-                  else out_dtype)
+                  or parked else out_dtype)
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
                      dtypes.itemsize_bits(w.dtype),
-                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0, parked)
+                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0)
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.

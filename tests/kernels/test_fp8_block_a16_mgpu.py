@@ -808,7 +808,7 @@ def test_gpu_k_groups_forms_are_the_grouped_k_ranges_bitwise(rng, kind, m, n, k)
         streamed = {key: v for key, v in p.items() if key not in ("block_m", "parts_sum")}
         forms += [{**streamed, "parts_sum": s} for s in ("cond", "store")]
     for form in forms:
-        np.testing.assert_array_equal(run(**form, k_groups=2), ranges, err_msg=str(form))
+        np.testing.assert_array_equal(run(**{**form, "k_groups": 2}), ranges, err_msg=str(form))
     assert not np.array_equal(ranges, run(k_splits=parts))
     _check(jnp.asarray(ranges), x, w, ws, jnp.float32)
 
