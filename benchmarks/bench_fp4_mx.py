@@ -380,6 +380,35 @@ def det_halves_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def _det_one_fold(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch for one left fold of the K parts (session 14's order:
+    det_params with DET_GROUPS_MAX_N = 0), for comparison with the two-group order."""
+    from pallas_kernels import fp8_block_a16_mgpu as mod
+    from pallas_kernels.fp4_matmul import GROUP_FORMAT  # noqa: F401 (the format is p's)
+    from pallas_kernels.group_a16_mgpu import PARTITION, group_launch_params
+    saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
+    try:
+        fold = group_launch_params(m, n, k, jax.default_backend() == "cpu",
+                                   deterministic=True, fmt=p["_fmt"])
+    finally:
+        mod.DET_GROUPS_MAX_N = saved
+    q = {key: v for key, v in p.items() if key not in PARTITION and key != "_fmt"}
+    q.update({key: v for key, v in fold.items() if key in PARTITION or key == "a_load"})
+    return q
+
+
+def det_park_ops(k: int, n: int) -> list[bench.Op]:
+    """The two-group deterministic order (N <= 16384) beside one left fold's launch, at M =
+    256 / 4096 where the two-group order parks the first half's sum (session 15). Prediction:
+    parked in-CTA parts within ~3% of one fold's (the float32 output's bytes)."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, "det-one-fold", deterministic=True, adjust=_det_one_fold)]
+    return ops
+
+
 def _with_k_parts(parts: int):
     """Default mode's launch with each K range summed as `parts` in-CTA parts (cond), where
     its ranges hold a multiple of them and no stream runs (the sums differ from one part's
@@ -427,7 +456,8 @@ def _mgpu_group_op(fmt: str, tag: str, deterministic: bool = False, adjust=None,
                                                        deterministic=deterministic).items()
              if key != "a_in_registers"}
         if adjust is not None:
-            p = adjust(p, n, k, m)
+            p = adjust({**p, "_fmt": g}, n, k, m)
+            p.pop("_fmt", None)
         kw = {}
         if g == "nvfp4":
             col, post = nvfp4_post_scale(qw, qw.spec)
@@ -495,6 +525,9 @@ def main(argv=None) -> int:
             plan.append((DETRANGES_SHAPES, (64, 256), det_ranges_ops))
         elif part == "dethalves":  # a det order of two halves of K (session 15)
             plan.append((DETHALVES_SHAPES, (64, 256), det_halves_ops))
+        elif part == "detpark":  # the two-group order's parked launch vs one fold's
+            plan.append((DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [
+                ("llama3-70b", 28672, 8192)], (256, 4096), det_park_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

@@ -452,6 +452,16 @@ def main(argv=None) -> int:
                      None if args.tiny else [s for s in (
                          (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
                          if s[2] <= 16384])
+    if "det_park" in parts:  # the two-group order's parked launch (session 15, call 5)
+        # prediction: with the park as a pl.when and a select (no nested cond carrying the
+        # sums) its cost against one fold's in-CTA parts from 8-16% to ~3% (the float32
+        # output's extra bytes)
+        a16_launches(("auto", "det", "det_g1"), (256, 4096), ("det",),
+                     None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
+                                             ("llama3-70b", 8192, 10240),
+                                             ("llama3-8b", 14336, 4096),
+                                             ("deepseek-v3", 18432, 7168),
+                                             ("llama3-70b", 28672, 8192)])
     if "det_straddle" in parts:  # steps across K parts' ends (session 14)
         # prediction: K=7168 det at M=1/16 from one K-block a step (parts of 7) to two: det/default
         # 1.12-1.17x -> ~1.08-1.12x (session 7: two blocks a step -1..+4% for fp8 weights at

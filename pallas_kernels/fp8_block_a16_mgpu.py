@@ -137,11 +137,15 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         zero = zero_total(run.shape)
         close = lambda r, g: (zero, g + r)  # noqa: E731
         if parked:  # the first group's last part: its sum parked, the second from zero
-            def park(r, g):
-                park_smem[lax.axis_index("wg")] = g + r
-                return zero, zero
             mid = idx[0] // per_part == k_parts // 2 - 1
-            close = lambda r, g: lax.cond(mid, park, lambda r, g: (zero, g + r), r, g)  # noqa
+
+            def close(r, g):
+                g = g + r
+
+                @pl.when(mid)
+                def _():
+                    park_smem[lax.axis_index("wg")] = g
+                return zero, jnp.where(lax.broadcast_in_dim(mid, g.shape, ()), zero, g)
         return lax.cond(ends, close, lambda r, g: (r, g), run, grand)
 
     def one_block(w_smem, x_smem, ws, total, a_smem, closes=None):
