@@ -7,7 +7,8 @@ bench.py's figures sum every kernel an op launches; this lists them: for each (s
 the kernels of one product (name, median duration, the idle time before it), their sum,
 and the span from the first kernel's start to the last one's end (the sum plus the gaps
 between launches inside one XLA executable). Ops: "bf16" (jnp.dot on bf16 weights) or a format name (jqlin.matmul on that
-format with kernel="auto"). Each product reads its own weight copy (rotated), so no weight is
+format with kernel="auto"), suffixed ":det" for deterministic mode or ":det_g1" for
+deterministic mode with one left fold of the K parts (DET_GROUPS_MAX_N = 0, session 15). Each product reads its own weight copy (rotated), so no weight is
 served from L2.
 """
 
@@ -33,17 +34,26 @@ def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -
     """chain > 1: one executable runs `chain` products (each its own weight copy, kept apart
     by an optimization barrier, as in a model's layers); figures are per product."""
     key = jax.random.key(0)
-    fmt = None if op == "bf16" else op
+    fmt, _, mode = (None, "", "") if op == "bf16" else op.partition(":")
     weights = [bench._make_weight(jax.random.fold_in(key, 0), fmt, n, k)]
     # enough copies that no product finds its weight in L2 (bench.py's rule), one per layer
     copies = max(bench._copies(bench._nbytes(weights[0])), chain)
     weights += [bench._make_weight(jax.random.fold_in(key, i), fmt, n, k)
                 for i in range(1, copies)]
     x = jax.random.normal(key, (m, k), jnp.bfloat16)
-    name = f"breakdown_{op}_{k}x{n}_m{m}_c{chain}"
+    name = f"breakdown_{op.replace(':', '_')}_{k}x{n}_m{m}_c{chain}"
 
     def one(x, w):
-        return jnp.dot(x, w.T) if op == "bf16" else jqlin.matmul(x, w)
+        if op == "bf16":
+            return jnp.dot(x, w.T)
+        if mode == "det_g1":  # (read when traced: jit caches cleared first, below)
+            from pallas_kernels import fp8_block_a16_mgpu as mod
+            saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
+            try:
+                return jqlin.matmul(x, w, deterministic=True)
+            finally:
+                mod.DET_GROUPS_MAX_N = saved
+        return jqlin.matmul(x, w, deterministic=mode == "det")
 
     def product(x, ws):
         out = []
@@ -52,6 +62,8 @@ def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -
             out.append(one(x, w))
         return out
     product.__name__ = product.__qualname__ = name
+    if mode == "det_g1":  # the dispatcher's jitted pieces would reuse a two-group trace
+        jax.clear_caches()
     fn = jax.jit(product)
     n_sets = max(SETS, -(-copies // chain))  # every copy in turn
     sets = [[weights[(i * chain + j) % copies] for j in range(chain)] for i in range(n_sets)]

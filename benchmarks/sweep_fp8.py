@@ -220,7 +220,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             params.update(with_step_blocks(dict(
                 block_m=max(DET_GPU_MIN_X_TILE if not interpret else DET_MIN_X_TILE,
                             _x_tile(m)), k_splits=2, k_parts=p // 2, compute_wgs=2), n, k))
-        elif small == "det_g1":  # deterministic mode's launch for one left fold of the parts
+        elif small in ("det_g1", "det_g1_f32"):  # det mode's launch for one left fold of the parts
             # (session 14's order, for comparison: DET_GROUPS_MAX_N = 0)
             from pallas_kernels import fp8_block_a16_mgpu as mod
             saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
@@ -239,13 +239,21 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         elif small is not None:
             params = {**launch_params(m, n, k, interpret), **params,
                       **(small if isinstance(small, dict) else {})}
+        if small == "det_g1_f32":  # the same with a float32 kernel output (finish: identity),
+            # as the two-group order's parked launch writes -- which of its costs is which
+            from pallas_kernels.fp8_block_a16_mgpu import _launch, _scale_operand
+            ws, scales = _scale_operand(qw.scale, kind, n, k)
+            y = _launch(pad_k(x, k), qw.data, ws, out_dtype=x.dtype, stages=None, group_m=8,
+                        interpret=interpret, scales=scales, finish=lambda t: t,
+                        **{"k_splits": 1, "k_parts": 1, **params})
+            return qw.trim_rows(y)
         y = fp8_block_a16_matmul_mgpu(pad_k(x, k), qw.data, qw.scale, scale_kind=kind,
                                       interpret=interpret, **params)
         return qw.trim_rows(y)
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
     mode = ("det" if small in ("det", "det_fold", "det_s13", "det_cta", "det_wide", "det_x16",
-                             "det_ranges", "det_halves", "det_g1")
+                             "det_ranges", "det_halves", "det_g1", "det_g1_f32")
             else "default")
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
@@ -455,8 +463,9 @@ def main(argv=None) -> int:
     if "det_park" in parts:  # the two-group order's parked launch (session 15, call 5)
         # prediction: with the park as a pl.when and a select (no nested cond carrying the
         # sums) its cost against one fold's in-CTA parts from 8-16% to ~3% (the float32
-        # output's extra bytes)
-        a16_launches(("auto", "det", "det_g1"), (256, 4096), ("det",),
+        # output's extra bytes). Call 5: no change (8-16%). Call 6 adds det_g1_f32, one
+        # fold's launch writing float32 as the parked one does
+        a16_launches(("auto", "det", "det_g1", "det_g1_f32"), (256, 4096), ("det",),
                      None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
                                              ("llama3-70b", 8192, 10240),
                                              ("llama3-8b", 14336, 4096),
