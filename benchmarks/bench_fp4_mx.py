@@ -384,7 +384,6 @@ def _det_one_fold(p: dict, n: int, k: int, m: int) -> dict:
     """Deterministic mode's launch for one left fold of the K parts (session 14's order:
     det_params with DET_GROUPS_MAX_N = 0), for comparison with the two-group order."""
     from pallas_kernels import fp8_block_a16_mgpu as mod
-    from pallas_kernels.fp4_matmul import GROUP_FORMAT  # noqa: F401 (the format is p's)
     from pallas_kernels.group_a16_mgpu import PARTITION, group_launch_params
     saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
     try:

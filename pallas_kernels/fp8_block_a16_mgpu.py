@@ -37,7 +37,9 @@ Deterministic mode runs this kernel at every M too (det_params: the K order a fu
 alone), never the Triton kernels for some M and this one for others: their bits differ even
 in the same K order (benchmarks/probe_det_mgpu.py on the H200: 33-46% of outputs equal).
 Its decode streams the tiles' whole K parts (Stream with parts; session 11: det/default
-1.08x at M=1, 1.10x at M=16 geomean, from 1.17x / 1.15x).
+1.08x at M=1, 1.10x at M=16 geomean, from 1.17x / 1.15x). Since session 15 weights of up to
+DET_GROUPS_MAX_N rows sum the parts as two groups (k_groups), so that deterministic mode can
+run default mode's two K ranges where those fill the SMs.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
-           "det_stream_params", "det_groups", "DET_GROUPS_MAX_N",
+           "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
            "with_step_blocks", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
@@ -95,6 +97,14 @@ PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
 FOUR_WG_MAX_X_TILE = 32
 
 
+def parks_first_group(k_groups: int, k_splits: int, k_parts: int, parts_sum: str,
+                      streamed: bool) -> bool:
+    """Whether a launch's CTAs each hold both groups of a two-group order in their in-CTA parts
+    (k_splits=1, parts folded): the first group's float32 sum then waits in shared memory for
+    the second's (_kernel), and the kernel writes float32 (_launch)."""
+    return k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and not streamed
+
+
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
@@ -114,7 +124,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
     # k_groups > k_splits: a CTA's range holds two groups of parts (check_launch): the first
     # group's sum waits in shared memory (park_smem) for the second's
-    parked = k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and stream is None
+    parked = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
 
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, park_smem):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
@@ -363,8 +373,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     )
     def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
         # parked: the first group's float32 sum waits in out_smem (the kernel then writes
-        # float32: _launch), which costs no pipeline stage (a buffer of its own cost one of
-        # three at 128-row x tiles: 1.26x default at M=256 on 18432x7168, session 15)
+        # float32: _launch) -- a buffer of its own would cost one of the three pipeline stages
+        # at 128-row x tiles. (Either way the parked launch spills more: NOTES.md session 15)
         park_smem = out_smem if parked else None
         if stream is not None:
             return streamed(allocs, out_smem, a_smem, ws_tile, ws_bar)
@@ -614,14 +624,15 @@ def det_groups(n: int, parts: int) -> int:
     return 2 if parts % 2 == 0 and rows <= DET_GROUPS_MAX_N else 1
 
 
-def _two_ranges(m: int, n: int, k: int, sms: int, block_m: int, ctas: int, parts: int,
+def _two_ranges(m: int, sms: int, block_m: int, ctas: int, parts: int,
                 compute_wgs: int) -> dict | None:
     """A two-group order's two K ranges (each its group's P / 2 parts folded in the CTA) on
     block_m-row x tiles, up to SPLIT_MAX_M rows (their two float32 slabs), where their 2 * ctas
     CTAs fill TWO_RANGE_MIN_FILL of the SMs and take fewer waves per CTA's work than the ctas
     CTAs of in-CTA parts; else None."""
     two = 2 * ctas
-    if m > SPLIT_MAX_M or two < TWO_RANGE_MIN_FILL * sms or cdiv(two, sms) / two >= cdiv(ctas, sms) / ctas:
+    if (m > SPLIT_MAX_M or two < TWO_RANGE_MIN_FILL * sms
+            or cdiv(two, sms) / two >= cdiv(ctas, sms) / ctas):
         return None
     return dict(block_m=block_m, k_splits=2, k_parts=parts // 2, k_groups=2,
                 compute_wgs=compute_wgs)
@@ -667,8 +678,7 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
     if shards is not None:
         return dict(block_m=block_m, k_splits=local, k_parts=1, compute_wgs=compute_wgs,
                     **grouped)
-    two = (_two_ranges(m, n, k, sms, block_m, ctas, parts, compute_wgs) if groups == 2
-           else None)
+    two = _two_ranges(m, sms, block_m, ctas, parts, compute_wgs) if groups == 2 else None
     stream = (det_stream_params(m, n, k, sms, parts, compute_wgs, min_x_tile, groups)
               if streamed else None)
     if stream is not None:
@@ -864,6 +874,12 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       parts (other CTAs) each to a slab of its own -- fewer slab bytes (det_stream_params
       folds up to FOLD_MAX_X_TILE rows, session 12); summed in part order either way:
       bitwise P K ranges at every launch. programs must divide tiles x P.
+    k_groups: 1, or 2 -- the K order of two groups of the k_splits * k_parts parts: each
+      half's parts added in order (as above), then the second half's sum added to the first's
+      (deterministic mode up to DET_GROUPS_MAX_N rows: det_groups). K ranges and stored parts
+      are summed so afterwards; folded in-CTA parts need k_splits 1 (the first half's sum then
+      waits in shared memory: parks_first_group) or 2 (a range a group); streamed parts fold
+      by group (each group's first CTA its prefix of it).
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -1005,7 +1021,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     tile_rows = compute_wgs * WG_ROWS
     tiles, k_steps = n // tile_rows, k // BLOCK // blocks_per_step
     stream = None if programs is None else Stream.of(tiles, k_steps, programs, k_parts)
-    parked = k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and stream is None
+    parked = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
     group_slabs, sum_groups = 0, 1 if parked else k_groups
     if stream is not None:
         # a group of a tile's parts is streamed as a tile of its own would be (the same runs)

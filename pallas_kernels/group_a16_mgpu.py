@@ -122,7 +122,8 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     w_scale uint8 e8m0 (N, K/32)) or "mxfp8" (w e4m3 (N, K), w_scale uint8 (N, K/32)).
     deterministic: det_params' launch, whose K order is a function of K alone (as for fp8).
     overrides: launch settings of fp8_block_a16_matmul_mgpu (block_m, k_splits, k_parts,
-    programs, blocks_per_step -- here also 4 --, stages, parts_sum, group_m, a_in_registers;
+    programs, blocks_per_step -- here also 4 --, stages, parts_sum, k_groups, group_m,
+    a_in_registers;
     a_load "wgmma" (byte loads) or "words" (e2m1 codes, 8 a load, K permuted))
     on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
     given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,

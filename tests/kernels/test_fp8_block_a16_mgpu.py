@@ -14,7 +14,7 @@ from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
 from pallas_kernels import fp8_block_a16_mgpu
 from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_GROUPS_MAX_N,
-                                               DET_MIN_X_TILE, Stream,
+                                                DET_MIN_X_TILE, Stream, _x_tile,
                                                 _launch, check_launch,
                                                 _scale_operand, decode_params, det_params,
                                                 det_stream_params,
@@ -413,7 +413,7 @@ def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n, determinis
 def test_lowers_for_cuda_on_cpu_with_two_groups(m, n, k):
     """det_params' two-group launches (in-CTA parts with the first half's sum parked in
     shared memory at M=256 / 4096, streamed parts stored or folded by group) lower for CUDA,
-    with the registers as wgmma's A operand and the park counted in shared memory."""
+    with the registers as wgmma's A operand."""
     p = launch_params(m, n, k, False, deterministic=True)
     assert p["k_groups"] == 2
     x = jnp.ones((m, k), jnp.bfloat16)
@@ -741,8 +741,9 @@ def test_gpu_x_tile_width_does_not_change_a_row(rng):
 
 def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
     """Inside k_shards (here one device, the interpreter's limit) the kernel runs the schedule's
-    parts as ranges and sums the gathered partials in K order: bitwise the unsharded product,
-    which at M=300 runs them as in-CTA parts."""
+    parts as ranges and sums the gathered partials in K order (N=256: by its two groups):
+    bitwise the unsharded product, which at M=300 runs them as in-CTA parts (the first
+    group's sum parked)."""
     from jax.sharding import Mesh, PartitionSpec as P
     x, w, ws = _operands(rng, 300, 256, 512)
 
@@ -755,7 +756,8 @@ def test_interpreter_k_shards_wrapper_sums_the_ranges_in_order(rng):
         with k_shards("tp", 1):
             return det(x, w, ws)
 
-    assert det_params(300, 256, 512, 132)["k_parts"] == 4
+    assert det_params(300, 256, 512, 132) == dict(block_m=128, k_splits=1, k_parts=4,
+                                                  compute_wgs=2, k_groups=2)
     mesh = Mesh(np.array(jax.devices()[:1]), ("tp",))
     sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(None, "tp"),) * 3, out_specs=P(),
                             check_vma=False)
@@ -797,8 +799,7 @@ def test_gpu_k_groups_forms_are_the_grouped_k_ranges_bitwise(rng, kind, m, n, k)
     from pallas_kernels.fp8_heuristics import num_sms
     parts = det_k_parts(k, 128)
     x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
-    block_m = max(DET_GPU_MIN_X_TILE, -(-m // 8) * 8 if m <= 64 else 128)
-    block_m = next(b for b in (8, 16, 32, 64, 128) if b >= block_m)
+    block_m = max(DET_GPU_MIN_X_TILE, _x_tile(m))
     run = lambda **kw: np.asarray(jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
         *a, scale_kind=kind, out_dtype=jnp.float32, block_m=block_m, **kw))(x, w, ws))
     ranges = run(k_splits=parts, k_groups=2)
