@@ -314,6 +314,16 @@ def det_stream_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def _beside_det(tag: str, adjust) -> list[bench.Op]:
+    """bf16, then for NVFP4 and MXFP8 weight-only: the dispatcher in both modes and a
+    deterministic launch variant (adjust(params, n, k, m), named tag)."""
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt), _auto(fmt, det=True),
+                _mgpu_group_op(fmt, tag, deterministic=True, adjust=adjust)]
+    return ops
+
+
 def _det_stored_ranges(p: dict, n: int, k: int, m: int) -> dict:
     """Deterministic mode's partition as det_params' "ranges" launch whatever its bytes model
     says: default mode's K ranges (range_params, at most P), each storing its P / R parts to
@@ -342,12 +352,7 @@ def det_ranges_ops(k: int, n: int) -> list[bench.Op]:
     round trip against default's 2), no better at M=64 where the stream is already default
     mode's partition size."""
     del k, n
-    ops = [bench.bf16_op()]
-    for fmt in ("nvfp4_a16", "mxfp8_a16"):
-        ops += [_auto(fmt), _auto(fmt, det=True),
-                _mgpu_group_op(fmt, "det-stored-ranges", deterministic=True,
-                               adjust=_det_stored_ranges)]
-    return ops
+    return _beside_det("det-stored-ranges", _det_stored_ranges)
 
 
 def _det_halves(p: dict, n: int, k: int, m: int) -> dict:
@@ -373,11 +378,7 @@ def det_halves_ops(k: int, n: int) -> list[bench.Op]:
     P parts, runs streamed slabs or narrowed in-CTA parts. Prediction (NOTES session 15):
     ~1.1x default at M=256 where default runs two ranges, 1.1-1.3x where it runs one."""
     del k, n
-    ops = [bench.bf16_op()]
-    for fmt in ("nvfp4_a16", "mxfp8_a16"):
-        ops += [_auto(fmt), _auto(fmt, det=True),
-                _mgpu_group_op(fmt, "det-halves", deterministic=True, adjust=_det_halves)]
-    return ops
+    return _beside_det("det-halves", _det_halves)
 
 
 def _det_one_fold(p: dict, n: int, k: int, m: int) -> dict:
@@ -401,11 +402,7 @@ def det_park_ops(k: int, n: int) -> list[bench.Op]:
     256 / 4096 where the two-group order parks the first half's sum (session 15). Prediction:
     parked in-CTA parts within ~3% of one fold's (the float32 output's bytes)."""
     del k, n
-    ops = [bench.bf16_op()]
-    for fmt in ("nvfp4_a16", "mxfp8_a16"):
-        ops += [_auto(fmt), _auto(fmt, det=True),
-                _mgpu_group_op(fmt, "det-one-fold", deterministic=True, adjust=_det_one_fold)]
-    return ops
+    return _beside_det("det-one-fold", _det_one_fold)
 
 
 def _with_k_parts(parts: int):
