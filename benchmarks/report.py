@@ -346,6 +346,21 @@ def main() -> int:
          "launch (`[det]`), session 14, same run (not adopted)"),
         ("h200_fp4_kparts_s14.json", "Default mode at M=128/256 with its K ranges as 2 or 8 "
          "in-CTA parts (`var[mgpu-kparts<P>]`) vs one, session 14, same run (not adopted)"),
+        ("h200_fp8_sweep_det_halves_s15.json", "FP8 W8A16 deterministic mode (`_det`, "
+         "session 14's one left fold) vs a two-group order launched as two K ranges "
+         "(`_det_halves`), beside default mode, 11 shapes at M=16/64/256 (session 15 call 1)"),
+        ("h200_fp4_det_halves_s15.json", "NVFP4 / MXFP8 weight-only: the same probe "
+         "(`var[mgpu-det-halves]`) beside both modes at M=64/256 (session 15 call 1)"),
+        ("h200_fp8_sweep_det_groups_s15.json", "FP8 W8A16 deterministic mode with the "
+         "two-group order (`_det`, session 15) vs one left fold (`_det_g1`) vs default, the 7 "
+         "shapes with N <= 16384, same run"),
+        ("h200_fp4_grid_det_groups_s15.json", "NVFP4 / MXFP8 weight-only through the "
+         "dispatcher in both modes with the two-group order, 5 shapes (session 15)"),
+        ("h200_fp8_sweep_det_park_s15.json", "The two-group order's parked launch (`_det`) vs "
+         "one fold (`_det_g1`) and one fold writing float32 (`_det_g1_f32`), M=256/4096, same "
+         "run (session 15)"),
+        ("h200_fp4_det_park_s15.json", "NVFP4 / MXFP8: the two-group order (`[det]`) vs one "
+         "fold (`var[mgpu-det-one-fold]`) at M=256/4096, same run (session 15)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
