@@ -129,9 +129,12 @@ def weight_scale_rows(w_scale: jax.Array, kind: str, n: int, k: int) -> jax.Arra
 
 
 def interpret_params(interpret) -> plgpu.InterpretGPUParams | bool:
+    """Mosaic GPU's interpreter parameters for `interpret` (True: the defaults, with every
+    buffer -- outputs and shared memory -- starting as NaN, so an element a kernel never
+    writes stays NaN: the interpreter tests' poisoned outputs), or False on a GPU."""
     if isinstance(interpret, plgpu.InterpretGPUParams):
         return interpret
-    return plgpu.InterpretGPUParams() if interpret else False
+    return plgpu.InterpretGPUParams(uninitialized_memory="nan") if interpret else False
 
 
 def mgpu_kernel(body, out_type: jax.ShapeDtypeStruct, ctas: int, interpret,

@@ -136,12 +136,12 @@ def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kin
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
 
-@pytest.mark.parametrize("parts_sum", ["store", "cond"])
-@pytest.mark.parametrize("m,n,k,kind,parts,programs,blocks", [
+@pytest.mark.parametrize("m,n,k,kind,parts,programs,blocks,parts_sum", [
     # CTAs of 6 parts: a tile's second group begun by one CTA (folded), ended by the next
-    (5, 384, 1024, "tensor", 8, 4, 1),
+    (5, 384, 1024, "tensor", 8, 4, 1, "cond"),
+    (5, 384, 1024, "tensor", 8, 4, 1, "store"),
     # parts of 3 K-blocks, steps of 2: a group's end inside a step
-    (7, 512, 1536, "channel", 4, 8, 2)])
+    (7, 512, 1536, "channel", 4, 8, 2, "cond")])
 def test_interpreter_streamed_k_groups_are_the_grouped_k_ranges_bitwise(rng, m, n, k, kind,
                                                                          parts, programs,
                                                                          blocks, parts_sum):
@@ -158,11 +158,39 @@ def test_interpreter_streamed_k_groups_are_the_grouped_k_ranges_bitwise(rng, m, 
     streamed = run(k_parts=parts, programs=programs, parts_sum=parts_sum, blocks_per_step=blocks,
                    k_groups=2)
     np.testing.assert_array_equal(streamed, ranges)
-    if parts_sum == "cond":  # (the in-CTA forms once per shape)
+    if parts_sum == "cond":  # (the in-CTA forms, and the one fold, once per shape)
         np.testing.assert_array_equal(run(k_parts=parts, k_groups=2), ranges)
         np.testing.assert_array_equal(run(k_splits=2, k_parts=parts // 2, k_groups=2), ranges)
-    assert not np.array_equal(ranges, run(k_splits=parts))  # another order: other bits
+        assert not np.array_equal(ranges, run(k_splits=parts))  # another order: other bits
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
+
+
+def test_interpreter_outputs_start_poisoned():
+    """The Mosaic kernels' interpreter runs start every output as NaN (mgpu_common's
+    interpret_params), so the float64 checks of the interpreter tests fail on any element a
+    launch leaves unwritten: a kernel that writes one of its two rows' tiles shows the other
+    as NaN."""
+    import functools
+
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from pallas_kernels.mgpu_common import interpret_params, mgpu_kernel
+
+    def body(out_gmem):
+        @functools.partial(pl.run_scoped, tile=plgpu.SMEM((8, 128), jnp.float32),
+                           collective_axes="wg")
+        def _(tile):
+            @pl.when(lax.axis_index("wg") == 0)
+            def _():
+                tile[...] = jnp.ones((8, 128), jnp.float32)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(tile, out_gmem.at[pl.ds(0, 8)])
+                plgpu.wait_smem_to_gmem(0)
+    assert interpret_params(True).uninitialized_memory == "nan"
+    y = np.asarray(mgpu_kernel(body, jax.ShapeDtypeStruct((16, 128), jnp.float32), 1, True)())
+    np.testing.assert_array_equal(y[:8], 1.0)
+    assert np.isnan(y[8:]).all()
 
 
 def test_k_groups_launches_are_refused_where_a_group_would_not_be_one_fold(rng):
