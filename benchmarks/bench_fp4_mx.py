@@ -383,15 +383,12 @@ def det_halves_ops(k: int, n: int) -> list[bench.Op]:
 
 def _det_one_fold(p: dict, n: int, k: int, m: int) -> dict:
     """Deterministic mode's launch for one left fold of the K parts (session 14's order:
-    det_params with DET_GROUPS_MAX_N = 0), for comparison with the two-group order."""
-    from pallas_kernels import fp8_block_a16_mgpu as mod
+    one_left_fold), for comparison with the two-group order."""
+    from pallas_kernels.fp8_block_a16_mgpu import one_left_fold
     from pallas_kernels.group_a16_mgpu import PARTITION, group_launch_params
-    saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
-    try:
+    with one_left_fold():
         fold = group_launch_params(m, n, k, jax.default_backend() == "cpu",
                                    deterministic=True, fmt=p["_fmt"])
-    finally:
-        mod.DET_GROUPS_MAX_N = saved
     q = {key: v for key, v in p.items() if key not in PARTITION and key != "_fmt"}
     q.update({key: v for key, v in fold.items() if key in PARTITION or key == "a_load"})
     return q

@@ -8,8 +8,9 @@ the kernels of one product (name, median duration, the idle time before it), the
 and the span from the first kernel's start to the last one's end (the sum plus the gaps
 between launches inside one XLA executable). Ops: "bf16" (jnp.dot on bf16 weights) or a format name (jqlin.matmul on that
 format with kernel="auto"), suffixed ":det" for deterministic mode or ":det_g1" for
-deterministic mode with one left fold of the K parts (DET_GROUPS_MAX_N = 0, session 15). Each product reads its own weight copy (rotated), so no weight is
-served from L2.
+deterministic mode with one left fold of the K parts (fp8_block_a16_mgpu.one_left_fold,
+session 15). Each product reads its own weight copy (rotated), so no weight is served from
+L2.
 """
 
 from __future__ import annotations
@@ -47,12 +48,9 @@ def breakdown(k: int, n: int, m: int, op: str, reps: int = 20, chain: int = 1) -
         if op == "bf16":
             return jnp.dot(x, w.T)
         if mode == "det_g1":  # (read when traced: jit caches cleared first, below)
-            from pallas_kernels import fp8_block_a16_mgpu as mod
-            saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
-            try:
+            from pallas_kernels.fp8_block_a16_mgpu import one_left_fold
+            with one_left_fold():
                 return jqlin.matmul(x, w, deterministic=True)
-            finally:
-                mod.DET_GROUPS_MAX_N = saved
         return jqlin.matmul(x, w, deterministic=mode == "det")
 
     def product(x, ws):

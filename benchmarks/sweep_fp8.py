@@ -221,13 +221,10 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
                 block_m=max(DET_GPU_MIN_X_TILE if not interpret else DET_MIN_X_TILE,
                             _x_tile(m)), k_splits=2, k_parts=p // 2, compute_wgs=2), n, k))
         elif small in ("det_g1", "det_g1_f32"):  # det mode's launch for one left fold of the parts
-            # (session 14's order, for comparison: DET_GROUPS_MAX_N = 0)
-            from pallas_kernels import fp8_block_a16_mgpu as mod
-            saved, mod.DET_GROUPS_MAX_N = mod.DET_GROUPS_MAX_N, 0
-            try:
+            # (session 14's order, for comparison)
+            from pallas_kernels.fp8_block_a16_mgpu import one_left_fold
+            with one_left_fold():
                 params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
-            finally:
-                mod.DET_GROUPS_MAX_N = saved
         elif small == "det_cta":  # deterministic mode without the stream of K parts
             params.update(with_step_blocks(det_params(
                 m, n, k, num_sms(), streamed=False, min_x_tile=DET_GPU_MIN_X_TILE,

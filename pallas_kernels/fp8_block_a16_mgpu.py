@@ -44,9 +44,10 @@ run default mode's two K ranges where those fill the SMs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +69,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
+           "one_left_fold", "group_pieces",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
            "with_step_blocks", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
@@ -555,15 +557,26 @@ def det_stream_params(m: int, n: int, k: int, sms: int, parts: int, compute_wgs:
                 compute_wgs=compute_wgs, **({"k_groups": groups} if groups > 1 else {}))
 
 
+def group_pieces(tiles: int, k_steps: int, programs: int, parts: int, groups: int,
+                 folded: bool) -> np.ndarray:
+    """The slabs each group of a streamed launch's weight tiles comes in: pieces[t * groups +
+    g] for group g of tile t's K parts -- each group streamed as a tile of its own would be
+    (the CTAs' runs are the same), its parts folded by the CTA holding its first one or not
+    (Stream.folded). One group of one part: stream-K's pieces."""
+    st = Stream.of(tiles * groups, k_steps, programs, parts // groups)
+    return (st.folded() if folded else st).pieces
+
+
 def stream_slabs(p: dict, n: int, k: int) -> float:
     """The mean float32 slabs a weight tile's sum comes in under streamed-parts launch p: its
     P parts, or with parts folded by the tile's first CTA (parts_sum="cond") that prefix's
     one plus one per part the tile's later CTAs run (Stream.folded) -- per group of parts
     (k_groups), summed over the groups."""
-    g = p.get("k_groups", 1)  # each group of a tile's parts streamed as a tile of its own
-    st = Stream.of(n // (p.get("compute_wgs", 2) * WG_ROWS) * g,
-                   k // BLOCK // p["blocks_per_step"], p["programs"], p["k_parts"] // g)
-    return float((st.folded() if p.get("parts_sum") == "cond" else st).pieces.mean() * g)
+    g = p.get("k_groups", 1)
+    pieces = group_pieces(n // (p.get("compute_wgs", 2) * WG_ROWS),
+                          k // BLOCK // p["blocks_per_step"], p["programs"], p["k_parts"], g,
+                          folded=p.get("parts_sum") == "cond")
+    return float(pieces.mean() * g)
 
 
 # Streamed parts are folded by each tile's first CTA (parts_sum="cond", Stream.folded) up to
@@ -614,6 +627,19 @@ DET_GROUPS_MAX_N = 16384
 # wave's SMs (H200, session 15: 64 CTAs of 4096x4096 / 14336x4096 at M=16/64 ran 1.22-1.89x
 # default against the stream's 1.04-1.21x; 96-128 CTAs 0.93-1.16x)
 TWO_RANGE_MIN_FILL = 0.75
+
+
+@contextlib.contextmanager
+def one_left_fold() -> Iterator[None]:
+    """Within (at trace time): deterministic launches sum K as one left fold of its parts at
+    every N (the order before session 15, DET_GROUPS_MAX_N = 0) -- for comparisons. Traces
+    made outside are cached by jit and keep their order."""
+    global DET_GROUPS_MAX_N
+    saved, DET_GROUPS_MAX_N = DET_GROUPS_MAX_N, 0
+    try:
+        yield
+    finally:
+        DET_GROUPS_MAX_N = saved
 
 
 def det_groups(n: int, parts: int) -> int:
@@ -768,21 +794,21 @@ class Stream(NamedTuple):
 
 
 def _sum_pieces(y: jax.Array, pieces: np.ndarray, tile_rows: int, groups: int = 1) -> jax.Array:
-    """(slabs, N, M) float32 pieces -> (N, M): each weight tile's pieces added in K order (slab
-    j holds piece j where the tile has one; the others were never written). With `groups`
-    groups of its K parts, slabs [g * S, (g + 1) * S) (S = slabs / groups) hold group g's
-    pieces, pieces[t * groups + g] of them: each group summed so, then the groups in order."""
+    """(slabs, N, M) float32 pieces -> (groups, N, M): each weight tile's pieces added in K
+    order (slab j holds piece j where the tile has one; the others were never written), by
+    group: slabs [g * S, (g + 1) * S) (S = slabs / groups) hold group g's pieces,
+    pieces[t * groups + g] of them (group_pieces). The groups' sums are added by the caller."""
     slabs, n, m = y.shape
     per = slabs // groups
     y = y.reshape(groups, per, n // tile_rows, tile_rows, m)
-    total = None
+    sums = []
     for g in range(groups):
         part = y[g, 0]
         for j in range(1, per):
             held = jnp.asarray(pieces[g::groups] > j)[:, None, None]
             part = part + jnp.where(held, y[g, j], 0.0)
-        total = part if total is None else total + part
-    return total.reshape(n, m)
+        sums.append(part.reshape(n, m))
+    return jnp.stack(sums)
 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
@@ -1024,11 +1050,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     parked = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
     group_slabs, sum_groups = 0, 1 if parked else k_groups
     if stream is not None:
-        # a group of a tile's parts is streamed as a tile of its own would be (the same runs)
-        groups = Stream.of(tiles * k_groups, k_steps, programs, k_parts // k_groups)
-        if stream.parts > 1 and parts_sum == "cond":
-            groups = groups.folded()
-        pieces = groups.pieces if stream.parts > 1 else stream.pieces
+        pieces = group_pieces(tiles, k_steps, programs, k_parts, k_groups,
+                              folded=k_parts > 1 and parts_sum == "cond")
         group_slabs = int(pieces.max())
         slabs = group_slabs * k_groups
     else:
@@ -1055,8 +1078,9 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
-    if stream is not None:  # a tile's pieces (or parts, by group), in K order
-        y, slabs, sum_groups = _sum_pieces(y, pieces, tile_rows, k_groups)[None], 1, 1
+    if stream is not None:  # a tile's pieces (or parts) in K order: one slab a group
+        y, slabs = _sum_pieces(y, pieces, tile_rows, k_groups), k_groups
+        sum_groups = 1  # (the groups' sums, added in order below)
     # ranges (parts) in K order -- by group -- after (k_shards) the devices' are gathered
     yt = sum_device_splits(y, slabs, n, mp, groups=sum_groups)
     if finish is not None:

@@ -599,7 +599,7 @@ def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
         np.testing.assert_array_equal(r, rows[0])
 
 
-def test_det_params_narrow_x_tiles_within_the_waves(monkeypatch):
+def test_det_params_narrow_x_tiles_within_the_waves():
     """Where det_params settles on in-CTA parts, on the GPU (narrow=True) they take the
     narrowest x tile of >= 32 rows whose CTAs run in as many waves: more SMs, fewer rows each;
     never more waves. The other launches are the same as without narrowing."""
@@ -620,15 +620,14 @@ def test_det_params_narrow_x_tiles_within_the_waves(monkeypatch):
     # 4 of 64 (128 CTAs)
     p = det_params(256, 4096, 14336, 132, min_x_tile=8, narrow=True)
     assert (p["block_m"], p["k_splits"], p["k_groups"]) == (128, 2, 2)
-    with monkeypatch.context() as mp:
-        mp.setattr(fp8_block_a16_mgpu, "DET_GROUPS_MAX_N", 0)
+    with fp8_block_a16_mgpu.one_left_fold():
         assert det_params(256, 4096, 14336, 132, min_x_tile=8, narrow=True)["block_m"] == 64
     # M=64 on 64 tiles: never narrowed in-CTA parts (32 rows ran 1.55x slower than streamed
     # parts): the two halves as ranges, or with one left fold the stream
     assert det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)["k_splits"] == 2
-    with monkeypatch.context() as mp:
-        mp.setattr(fp8_block_a16_mgpu, "DET_GROUPS_MAX_N", 0)
+    with fp8_block_a16_mgpu.one_left_fold():
         assert "programs" in det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)
+    assert fp8_block_a16_mgpu.det_groups(8192, 8) == 2  # (the order back after the block)
     assert det_params(4096, 8192, 8192, 132, narrow=True)["block_m"] == 128  # 16 waves
 
 
