@@ -197,9 +197,14 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
 
+    # "<small>_h": the same launch with wgmma_halves where it runs one K-block a step (s16)
+    halves = isinstance(small, str) and small.endswith("_h")
+    base = small[:-2] if halves else small
+
     def fn(x, qw):
         (n, k), m = qw.storage_shape, x.shape[0]
         params = dict(a_in_registers=a_in_registers)
+        small = base
         if small == "ranges":  # session 9's decode launch: K ranges
             params.update(with_step_blocks(range_params(m, n, k, num_sms()), n, k))
         elif small == "stream":
@@ -244,13 +249,15 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
                         interpret=interpret, scales=scales, finish=lambda t: t,
                         **{"k_splits": 1, "k_parts": 1, **params})
             return qw.trim_rows(y)
+        if halves and params.get("blocks_per_step", 1) == 1:
+            params["wgmma_halves"] = True
         y = fp8_block_a16_matmul_mgpu(pad_k(x, k), qw.data, qw.scale, scale_kind=kind,
                                       interpret=interpret, **params)
         return qw.trim_rows(y)
     tag = "" if small is None else "_" + (small if isinstance(small, str) else "_".join(
         f"{key}{v}" for key, v in small.items()))
-    mode = ("det" if small in ("det", "det_fold", "det_s13", "det_cta", "det_wide", "det_x16",
-                             "det_ranges", "det_halves", "det_g1", "det_g1_f32")
+    mode = ("det" if base in ("det", "det_fold", "det_s13", "det_cta", "det_wide", "det_x16",
+                            "det_ranges", "det_halves", "det_g1", "det_g1_f32")
             else "default")
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
@@ -465,6 +472,27 @@ def main(argv=None) -> int:
         a16_launches(("auto", "det", "det_g1", "det_g1_f32"), (256, 4096), ("det",),
                      None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
                                              ("llama3-70b", 8192, 10240),
+                                             ("llama3-8b", 14336, 4096),
+                                             ("deepseek-v3", 18432, 7168),
+                                             ("llama3-70b", 28672, 8192)])
+    if "parts_cost" in parts:  # in-CTA parts at 128-row x tiles against one K range (s16)
+        # prediction (NOTES.md session 16): if the cost of deterministic mode's in-CTA parts is
+        # the part ends (the cond closing a part), it grows with their count (k_parts 2 < 8);
+        # if it is the third live accumulator (spills), k_parts=2 costs about what 8 do
+        a16_launches(("auto", dict(k_parts=2), dict(k_parts=8), "det", "det_g1"), (1024, 4096),
+                     (dict(k_parts=2), "det"),
+                     None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
+                                             ("llama3-8b", 14336, 4096),
+                                             ("llama3-70b", 28672, 8192)])
+    if "halves" in parts:  # wgmma_halves: in-CTA parts without spills (session 16)
+        # prediction (NOTES.md session 16): the halves free the 16 registers in-CTA parts at
+        # 128-row x tiles spill for (SASS: 3 STL + 6 LDL a step), so k_parts=8 and det's
+        # launches at M >= 256 come to within ~3% of one K range (today +4-24%); one K range
+        # itself unchanged or slightly slower (a wait more per step)
+        a16_launches(("auto", dict(wgmma_halves=True), dict(k_parts=8),
+                      dict(k_parts=8, wgmma_halves=True), "det", "det_h", "det_g1", "det_g1_h"),
+                     (256, 4096), ("det", "det_h"),
+                     None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
                                              ("llama3-8b", 14336, 4096),
                                              ("deepseek-v3", 18432, 7168),
                                              ("llama3-70b", 28672, 8192)])

@@ -69,12 +69,13 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
-           "one_left_fold", "group_pieces",
+           "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
            "with_step_blocks", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
+HALF = BLOCK // 2  # wgmma_halves: K columns per wgmma batch
 X_TILES = (8, 16, 32, 64, 128)  # x rows per CTA tile: wgmma's N (multiples of 8)
 X_ROWS_TILING = 8  # TMA row tiling of x in shared memory (see _launch)
 # K ranges only up to here: their float32 partials (ranges x M x N) stay small against the weight
@@ -110,7 +111,8 @@ def parks_first_group(k_groups: int, k_splits: int, k_parts: int, parts_sum: str
 def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
-            group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0):
+            group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0,
+            wgmma_halves: bool = False):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
@@ -119,6 +121,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     per_part = steps // k_parts
     step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
+    # wgmma_halves reads half a K-block's bytes at a time: whole 64-byte swizzle atoms
+    wgmma_halves = wgmma_halves and a_in_registers and scales != "groups"
+    w_tiles = swizzled(w_gmem.dtype, HALF if wgmma_halves else BLOCK)
     if scales == "groups":
         fmt = GROUP_FORMATS[group_fmt]
         gb = fmt.scale_bytes  # scale bytes per K-block and row
@@ -208,6 +213,14 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                     else:  # e4m3 converted as below, then times its scales
                         w = decode_groups(w_smem[rows, cols].astype(F32).astype(x_gmem.dtype),
                                           ws_smem.at[rows, pl.ds(off, gb)], fmt)
+                elif a_load == "wgmma" and wgmma_halves:  # (one K-block a step: checked)
+                    for h in range(2):  # each half's wgmmas done before the next is converted
+                        hc = pl.ds(j * BLOCK + h * HALF, HALF)
+                        w = w_smem[rows, hc].astype(F32).astype(x_gmem.dtype)
+                        plgpu.wgmma(acc, w, x_smem.at[:, hc].transpose((1, 0)))
+                        if h == 0:
+                            plgpu.wgmma_wait(0)
+                    continue
                 elif a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
                     w = w_smem[rows, cols]
                 else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)
@@ -240,7 +253,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         # from its first K-step on, or a streamed CTA's way through its share (streamed)
         return warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, compute_wgs=wgs,
                                   in_specs=[
-            plgpu.BlockSpec((tile_rows, step_k), where, transforms=swizzled(w_gmem.dtype)),
+            plgpu.BlockSpec((tile_rows, step_k), where, transforms=w_tiles),
             plgpu.BlockSpec((block_m, step_k), lambda i: (0, where(i)[1]), transforms=x_tiles),
         ] + ([plgpu.BlockSpec((blocks, tile_rows), lambda i: where(i)[::-1])]
              if scales == "rows" else
@@ -749,7 +762,29 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
             w_bits=w_bits)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
-    return dict(a_in_registers=not interpret, **with_step_blocks(small, n, k))
+    small = with_step_blocks(small, n, k)
+    if not interpret and halves_pay(small):
+        small = {**small, "wgmma_halves": True}
+    return dict(a_in_registers=not interpret, **small)
+
+
+# In-CTA parts folded in registers (parts_sum="cond", not streamed) hold three float32
+# accumulators -- the K-block's wgmma one, the part's and the finished parts' sum -- of
+# x-tile / 2 registers a thread each; from this x tile on they spill with the converted weights
+# (ptxas: 24 bytes with one fold of 8 parts, 52 with the two-group park; SASS 3 STL + 6 LDL a
+# step, benchmarks/sass_parts.py) unless wgmma_halves frees 16 (none spill then). H200,
+# session 16 (sweep_fp8.py --parts halves, 5 shapes, same run): det/default at M=4096 1.15-1.32x
+# -> 1.06-1.20x, at M=256 1.01-1.25x -> 0.88-1.16x; default mode's one range with the halves
+# 3-16% slower (a wgmma wait more a step), so only these launches take them.
+HALVES_MIN_X_TILE = 128
+
+
+def halves_pay(p: dict) -> bool:
+    """Whether launch settings p are in-CTA parts folded in registers at x tiles of at least
+    HALVES_MIN_X_TILE rows, one K-block a step (wgmma_halves' launches)."""
+    return (p.get("k_parts", 1) > 1 and p.get("parts_sum", "cond") == "cond"
+            and "programs" not in p and p.get("block_m", BLOCK) >= HALVES_MIN_X_TILE
+            and p.get("blocks_per_step", 1) == 1)
 
 
 def _tile_scales(scales: str, tile_rows: int, k: int, held: int = 1) -> tuple[int, int]:
@@ -840,7 +875,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               blocks_per_step: int = 1, compute_wgs: int = 2,
                               a_load: str = "wgmma", parts_sum: str = "cond",
                               programs: int | None = None, k_groups: int = 1,
-                              a_in_registers: bool = True,
+                              wgmma_halves: bool = False, a_in_registers: bool = True,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -906,6 +941,12 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       are summed so afterwards; folded in-CTA parts need k_splits 1 (the first half's sum then
       waits in shared memory: parks_first_group) or 2 (a range a group); streamed parts fold
       by group (each group's first CTA its prefix of it).
+    wgmma_halves: each K-block's weights converted and multiplied in two halves of 64 columns,
+      the first half's wgmmas waited on before the second is converted (blocks_per_step=1,
+      a_load="wgmma"): the same wgmma chain, so the same sums, with 16 fewer registers live
+      for the converted weights -- room for in-CTA parts' third accumulator at 128-row x
+      tiles, which spills without it (benchmarks/sass_parts.py). Registers only: the
+      interpreter's shared-memory operands run the block whole.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
@@ -920,6 +961,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                          f"{tuple(w.shape)} for x {tuple(x.shape)}")
     if a_load not in A_LOADS:
         raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
+    if wgmma_halves and (blocks_per_step != 1 or a_load != "wgmma"):
+        raise ValueError("wgmma_halves splits one K-block a step read by a_load='wgmma'; got "
+                         f"blocks_per_step={blocks_per_step}, a_load={a_load!r}")
     scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
     if scale_kind not in scale_shape:
         raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
@@ -934,7 +978,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
                    parts_sum=parts_sum, scales=scales, programs=programs, k_groups=k_groups,
-                   a_in_registers=a_in_registers, interpret=interpret)
+                   wgmma_halves=wgmma_halves, a_in_registers=a_in_registers,
+                   interpret=interpret)
 
 
 def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
@@ -1022,7 +1067,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
             parts_sum: str = "cond", scales: str = "rows",
             programs: int | None = None, finish=None,
-            group_fmt: str | None = None, k_groups: int = 1) -> jax.Array:
+            group_fmt: str | None = None, k_groups: int = 1,
+            wgmma_halves: bool = False) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
     ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
     K/group) viewed uint8); w e4m3, or int4 (e2m1 codes with scales="groups", or
@@ -1073,7 +1119,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
-                          group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs),
+                          group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs,
+                          wgmma_halves=wgmma_halves),
         jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)

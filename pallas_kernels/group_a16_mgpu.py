@@ -94,6 +94,8 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits)
+    # (the group decode converts whole K-blocks: no wgmma_halves)
+    p.pop("wgmma_halves", None)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16

@@ -20,9 +20,10 @@ from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_GROUPS_MA
                                                 det_stream_params,
                                                 fp8_block_a16_matmul_mgpu, launch_params,
                                                 range_params, stream_params, stream_programs,
-                                                stream_slabs)
+                                                stream_slabs, halves_pay)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
+from pallas_kernels.group_a16_mgpu import group_launch_params
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
 ACC_RTOL = 1e-5
@@ -380,6 +381,11 @@ def test_stages_must_fit_shared_memory(rng):
         fp8_block_a16_matmul_mgpu(x, w, ws, parts_sum="smem")
     with pytest.raises(ValueError, match="compute_wgs=4 holds x tiles of up to 32 rows"):
         fp8_block_a16_matmul_mgpu(x, w, ws, compute_wgs=4, block_m=64)
+    with pytest.raises(ValueError, match=r"wgmma_halves splits one K-block a step read by "
+                                         r"a_load='wgmma'; got blocks_per_step=2"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, blocks_per_step=2, wgmma_halves=True)
+    with pytest.raises(ValueError, match=r"wgmma_halves .* a_load='relabel_4x'"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, a_load="relabel_4x", wgmma_halves=True)
 
 
 @pytest.mark.parametrize("scale_kind", ["channel", "tensor"])
@@ -433,6 +439,20 @@ def test_lowers_for_cuda_on_cpu_streaming_many_tiles(rng, kind, k, n, determinis
     ws = jax.ShapeDtypeStruct({"block": (n // 128, k // 128), "channel": (n, 1),
                                "tensor": (1, 1)}[kind], jnp.float32)
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind, **p))
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("params", [dict(), dict(k_parts=8, k_groups=2),
+                                    dict(k_parts=4, programs=8, parts_sum="store")])
+def test_lowers_for_cuda_on_cpu_with_wgmma_halves(params):
+    """wgmma_halves (64-column halves of each K-block: the weight tile in 64-byte swizzle
+    atoms) lowers for CUDA in one K range, the parked in-CTA parts and streamed parts."""
+    m, n, k = (16 if "programs" in params else 256), 512, 1024
+    x = jnp.ones((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(
+        *a, block_m=16 if "programs" in params else 128, wgmma_halves=True, **params))
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -631,6 +651,27 @@ def test_det_params_narrow_x_tiles_within_the_waves():
     assert det_params(4096, 8192, 8192, 132, narrow=True)["block_m"] == 128  # 16 waves
 
 
+def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monkeypatch):
+    """On the GPU, deterministic in-CTA parts folded in registers at 128-row x tiles (M=256 /
+    4096; also the two ranges of a two-group order) take wgmma_halves; decode launches,
+    default mode, stored or streamed parts and the interpreter never do; NVFP4 / MX never."""
+    monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
+    for m, n, k in ((4096, 8192, 8192), (256, 8192, 8192), (256, 4096, 14336),
+                    (4096, 57344, 8192)):
+        p = launch_params(m, n, k, False, deterministic=True)
+        assert p.get("wgmma_halves") and p["block_m"] == 128 and p["k_parts"] > 1, p
+        assert "wgmma_halves" not in launch_params(m, n, k, True, deterministic=True)
+        assert "wgmma_halves" not in launch_params(m, n, k, False)
+        for fmt in ("nvfp4", "mxfp8"):
+            assert "wgmma_halves" not in group_launch_params(m, n, k, False,
+                                                             deterministic=True, fmt=fmt)
+    for m, n, k in ((1, 8192, 8192), (16, 4096, 4096), (64, 8192, 8192)):
+        assert "wgmma_halves" not in launch_params(m, n, k, False, deterministic=True)
+    assert not halves_pay(dict(block_m=128, k_splits=2, k_parts=4, parts_sum="store"))
+    assert not halves_pay(dict(block_m=64, k_parts=8))
+    assert halves_pay(dict(block_m=128, k_splits=2, k_parts=4, k_groups=2))
+
+
 def test_det_params_launch_follows_m_but_not_the_k_order():
     for m in (1, 16, 64, 255, 256, 300, 4096):
         for n, k in ((4096, 4096), (28672, 4096), (2560, 7168), (256, 384)):
@@ -726,6 +767,27 @@ def test_gpu_relabel_4x_matches_float64(rng, m, params):
     y = jax.jit(lambda *args: fp8_block_a16_matmul_mgpu(
         *args, out_dtype=jnp.float32, a_load="relabel_4x", **params))(x, w, ws)
     _check(y, x, w, ws, jnp.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(300, {}), (300, dict(k_parts=8)),
+                                      (300, dict(k_parts=8, k_groups=2)),
+                                      (256, dict(k_splits=2, k_parts=4, k_groups=2)),
+                                      (64, dict(block_m=64, k_parts=4)),
+                                      (1, dict(block_m=8, k_splits=4)),
+                                      (16, dict(block_m=16, k_parts=8, programs=40,
+                                                parts_sum="store"))])
+def test_gpu_wgmma_halves_give_the_same_bits(rng, m, params):
+    """wgmma_halves (session 16: each K-block's wgmmas in two halves) is the same wgmma chain:
+    bitwise the whole block's sums at every launch form it runs in, scales of every kind."""
+    _option_keeps_the_bits(rng, m, "wgmma_halves", (False, True), params, interpret=False)
+    n, k = 2560, 7168
+    for kind in ("channel", "tensor"):
+        x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+        ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
+            *a, scale_kind=kind, out_dtype=jnp.float32, wgmma_halves=v, **params))(x, w, ws))
+            for v in (False, True)]
+        np.testing.assert_array_equal(ys[1], ys[0])
 
 
 @pytest.mark.gpu
