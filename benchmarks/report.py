@@ -361,6 +361,12 @@ def main() -> int:
          "run (session 15)"),
         ("h200_fp4_det_park_s15.json", "NVFP4 / MXFP8: the two-group order (`[det]`) vs one "
          "fold (`var[mgpu-det-one-fold]`) at M=256/4096, same run (session 15)"),
+        ("h200_fp8_sweep_parts_cost_s16.json", "FP8 W8A16 in-CTA parts at 128-row x tiles "
+         "(`_k_parts2`, `_k_parts8`, `_det`, `_det_g1`) vs one K range (`_auto`), M=1024/4096, "
+         "same run (session 16 call 1: the spills' per-step cost)"),
+        ("h200_fp8_sweep_halves_s16.json", "FP8 W8A16 with `wgmma_halves` (`_wgmma_halvesTrue`, "
+         "`_h`) vs without, both modes, M=256/4096, same run (session 16 call 2; `_det_h` is "
+         "deterministic mode's launch since)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

@@ -39,7 +39,9 @@ in the same K order (benchmarks/probe_det_mgpu.py on the H200: 33-46% of outputs
 Its decode streams the tiles' whole K parts (Stream with parts; session 11: det/default
 1.08x at M=1, 1.10x at M=16 geomean, from 1.17x / 1.15x). Since session 15 weights of up to
 DET_GROUPS_MAX_N rows sum the parts as two groups (k_groups), so that deterministic mode can
-run default mode's two K ranges where those fill the SMs.
+run default mode's two K ranges where those fill the SMs. Since session 16 its in-CTA parts at
+128-row x tiles multiply each K-block in two halves (wgmma_halves: the same sums), which keeps
+their three accumulators from spilling (halves_pay).
 """
 
 from __future__ import annotations
@@ -389,7 +391,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
         # parked: the first group's float32 sum waits in out_smem (the kernel then writes
         # float32: _launch) -- a buffer of its own would cost one of the three pipeline stages
-        # at 128-row x tiles. (Either way the parked launch spills more: NOTES.md session 15)
+        # at 128-row x tiles. (Both spill without wgmma_halves: NOTES.md sessions 15-16)
         park_smem = out_smem if parked else None
         if stream is not None:
             return streamed(allocs, out_smem, a_smem, ws_tile, ws_bar)
@@ -775,7 +777,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 # step, benchmarks/sass_parts.py) unless wgmma_halves frees 16 (none spill then). H200,
 # session 16 (sweep_fp8.py --parts halves, 5 shapes, same run): det/default at M=4096 1.15-1.32x
 # -> 1.06-1.20x, at M=256 1.01-1.25x -> 0.88-1.16x; default mode's one range with the halves
-# 3-16% slower (a wgmma wait more a step), so only these launches take them.
+# 2-16% slower (a wgmma wait more a step), so only these launches take them.
 HALVES_MIN_X_TILE = 128
 
 
