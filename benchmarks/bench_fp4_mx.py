@@ -201,10 +201,10 @@ def _mgpu_blocks_op(blocks: int) -> bench.Op:
     """nvfp4_a16 on the Mosaic kernel with `blocks` K-blocks a pipeline step and byte loads
     (session 12's variant), its launch otherwise the dispatcher's: a stream re-shared for the
     longer steps (>= 8 K-blocks a CTA), K ranges only where a range holds whole steps."""
-    from pallas_kernels.group_a16_mgpu import with_step_blocks_of
+    from pallas_kernels.group_a16_mgpu import with_blocks_per_step
 
     def adjust(p, n, k, m):
-        return with_step_blocks_of({**p, "a_load": "wgmma"}, n, k, blocks)
+        return with_blocks_per_step({**p, "a_load": "wgmma"}, n, k, blocks)
     return _mgpu_group_op("nvfp4_a16", f"{blocks}blocks", adjust=adjust, max_m=64)
 
 

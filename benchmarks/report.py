@@ -153,7 +153,21 @@ CURRENT = (
     ("h200_fp8_grid_s5_paths.json", None), ("h200_fp8_grid_s6_w8a16.json", None),
     ("h200_fp8_grid_s7_det.json", None), ("h200_fp8_grid_s7_large.json", None),
     ("h200_fp8_grid_s7_decode.json", None), ("h200_fp8_grid_s7_per_tensor_a16.json", None),
+    # later grids through the dispatcher, in session order (session 8's withdrawn variants,
+    # s8_convert / s8_wg4, left out)
+    ("h200_fp8_grid_s9_scales.json", None), ("h200_fp8_grid_s9_det.json", None),
+    ("h200_fp8_grid_s9_per_tensor.json", None), ("h200_fp8_grid_s10_stream.json", None),
+    ("h200_fp8_grid_s11_det.json", None), ("h200_fp8_grid_s11_det_narrow.json", None),
+    ("h200_fp8_grid_a16_det_s14.json", None),
+    ("h200_nvfp4_grid_s12.json", None), ("h200_fp4_grid_a16_s13.json", None),
+    ("h200_fp4_grid_w4a4_s13.json", None), ("h200_fp4_grid_a16_det_s14.json", None),
+    ("h200_fp4_grid_det_groups_s15.json", None),
 )
+
+
+def _fp4_family(name: str) -> bool:
+    """Whether a results file is an NVFP4 / MX grid (else FP8)."""
+    return name.startswith(("h200_fp4", "h200_nvfp4"))
 
 
 def current_records() -> list[dict]:
@@ -168,9 +182,9 @@ def current_records() -> list[dict]:
         rows = [dict(r, source=name, copy_bw=d.get("copy_bandwidth_Bps")) for r in d["records"]
                 if ms is None or r["M"] in ms]
         for m in (ms or ()):
-            fp4 = name.startswith("h200_fp4")  # a re-run replaces its family's rows at that M
+            fp4 = _fp4_family(name)  # a re-run replaces its family's rows at that M
             by_key = {k: v for k, v in by_key.items()
-                      if not (k[2] == m and v["source"].startswith("h200_fp4") == fp4)}
+                      if not (k[2] == m and _fp4_family(v["source"]) == fp4)}
         for r in rows:
             by_key[(r["K"], r["N"], r["M"], r["label"])] = r
     return list(by_key.values())
@@ -186,9 +200,8 @@ def plots() -> list[str]:
         return []
     recs = current_records()
     made = []
-    for family, png in (("h200_fp8", "h200_fp8_grid_s3_all.png"),
-                        ("h200_fp4", "h200_fp4_mx_grid_s3_all.png")):
-        rows = [r for r in recs if r["source"].startswith(family)]
+    for fp4, png in ((False, "h200_fp8_grid_s3_all.png"), (True, "h200_fp4_mx_grid_s3_all.png")):
+        rows = [r for r in recs if _fp4_family(r["source"]) == fp4]
         if rows:
             plot({"device": "NVIDIA H200", "records": rows}, RESULTS / png)
             made.append(f"`{png}` (from " + ", ".join(

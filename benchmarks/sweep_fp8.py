@@ -193,7 +193,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_MIN_X_TILE,
                                                    det_params, fp8_block_a16_matmul_mgpu,
                                                    launch_params, range_params, stream_params,
-                                                   with_step_blocks)
+                                                   with_two_block_steps)
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
 
@@ -206,7 +206,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
         params = dict(a_in_registers=a_in_registers)
         small = base
         if small == "ranges":  # session 9's decode launch: K ranges
-            params.update(with_step_blocks(range_params(m, n, k, num_sms()), n, k))
+            params.update(with_two_block_steps(range_params(m, n, k, num_sms()), n, k))
         elif small == "stream":
             params.update(stream_params(m, n, k, num_sms()))
         elif small in ("det", "det_fold", "det_s13"):
@@ -222,7 +222,7 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             from pallas_kernels.fp8_block_a16_mgpu import _x_tile
             from pallas_kernels.fp8_heuristics import det_k_parts
             p = det_k_parts(k, 128)
-            params.update(with_step_blocks(dict(
+            params.update(with_two_block_steps(dict(
                 block_m=max(DET_GPU_MIN_X_TILE if not interpret else DET_MIN_X_TILE,
                             _x_tile(m)), k_splits=2, k_parts=p // 2, compute_wgs=2), n, k))
         elif small in ("det_g1", "det_g1_f32"):  # det mode's launch for one left fold of the parts
@@ -231,11 +231,11 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
             with one_left_fold():
                 params = {**launch_params(m, n, k, interpret, deterministic=True), **params}
         elif small == "det_cta":  # deterministic mode without the stream of K parts
-            params.update(with_step_blocks(det_params(
+            params.update(with_two_block_steps(det_params(
                 m, n, k, num_sms(), streamed=False, min_x_tile=DET_GPU_MIN_X_TILE,
                 narrow=True), n, k))
         elif small in ("det_ranges", "det_x16", "det_wide"):
-            params.update(with_step_blocks(det_params(
+            params.update(with_two_block_steps(det_params(
                 m, n, k, num_sms(), streamed=small != "det_ranges",
                 min_x_tile=DET_GPU_MIN_X_TILE if small == "det_wide" else DET_MIN_X_TILE), n, k))
         elif small is not None:

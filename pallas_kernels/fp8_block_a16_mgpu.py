@@ -73,7 +73,7 @@ __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
            "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
            "launch_params", "stream_params", "stream_programs", "blocks_per_step",
-           "with_step_blocks", "step_unit", "stream_slabs", "Stream",
+           "with_two_block_steps", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
 F32, E4M3 = jnp.float32, jnp.float8_e4m3fn
@@ -482,7 +482,7 @@ def step_unit(p: dict, n: int, k: int) -> int:
     return math.gcd(kb, tiles * kb // p["programs"])
 
 
-def with_step_blocks(small: dict, n: int, k: int) -> dict:
+def with_two_block_steps(small: dict, n: int, k: int) -> dict:
     """Launch settings with blocks_per_step=2 added where blocks_per_step allows it for their
     steps (step_unit; settings that carry their own, as streams do, are left as they are)."""
     if "programs" in small or "blocks_per_step" in small:
@@ -764,7 +764,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
             w_bits=w_bits)
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
-    small = with_step_blocks(small, n, k)
+    small = with_two_block_steps(small, n, k)
     if not interpret and halves_pay(small):
         small = {**small, "wgmma_halves": True}
     return dict(a_in_registers=not interpret, **small)
@@ -1084,10 +1084,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         x = permute_k(x)
         if interpret:  # the interpreter cannot run inline Mosaic GPU: the same tile, by jnp
             w, a_load = permute_k(w), "wgmma"
-    elif a_load == "words":  # e2m1 codes (scales="groups"); the kernel permutes in both modes
-        if scales != "groups" or GROUP_FORMATS[group_fmt].elem != "e2m1":
-            raise ValueError("a_load='words' reads e2m1 codes (group_a16_mgpu), got "
-                             f"{w.dtype} weights with scales={scales!r}")
+    elif a_load == "words":  # e2m1 codes (checked by group_a16_matmul_mgpu, the one caller
+        # that may ask for them); the kernel permutes in both modes
         x = permute_k(x, "halves")
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes

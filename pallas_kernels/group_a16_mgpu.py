@@ -39,7 +39,7 @@ from .fp8_heuristics import num_sms
 from .mgpu_group_decode import FORMATS, Format
 
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
-           "group_a16_matmul_mgpu", "group_launch_params", "with_step_blocks_of", "k_multiple",
+           "group_a16_matmul_mgpu", "group_launch_params", "with_blocks_per_step", "k_multiple",
            "supports",
            "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS"]
 
@@ -101,10 +101,10 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
             or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or step_unit(p, n, k) % 4):
         return p
-    return with_step_blocks_of(p, n, k, 4)
+    return with_blocks_per_step(p, n, k, 4)
 
 
-def with_step_blocks_of(p: dict, n: int, k: int, blocks: int) -> dict:
+def with_blocks_per_step(p: dict, n: int, k: int, blocks: int) -> dict:
     """Launch settings p with `blocks` K-blocks a step: a stream re-shared for the longer steps
     (>= 8 K-blocks a CTA); K ranges and parts as they are (they must hold whole steps)."""
     p = {**p, "blocks_per_step": blocks}

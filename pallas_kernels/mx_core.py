@@ -48,7 +48,7 @@ from .mx_decode import (ASM_NVFP4_ACC_SHIFT, ASM_NVFP4_SCALE_SHIFT, E2M1_DECODE_
                         e2m1_bytes_to_f32, e2m1_nibbles_bf16_asm, e2m1_nibbles_to_f32,
                         e8m0_to_f32, expand_groups)
 
-__all__ = ["mx_dequant_matmul", "split_activation", "ELEMS", "SCALES", "FP4_LAYOUTS", "DECODES"]
+__all__ = ["mx_dequant_matmul", "split_activation", "activation_parts", "ELEMS", "SCALES", "FP4_LAYOUTS", "DECODES"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 ELEMS = ("e2m1", "e4m3")  # e2m1: packed uint8 (N, K/2); e4m3: (N, K) as e4m3 or its bytes
@@ -85,6 +85,16 @@ def _truncate_bf16(x: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(bits, F32)
 
 
+_PARTS = {jnp.dtype(BF16): 1, jnp.dtype(jnp.float16): 2, jnp.dtype(F32): 3}
+
+
+def activation_parts(dtype) -> int:
+    """How many bf16 parts split_activation cuts an activation of this dtype into."""
+    if jnp.dtype(dtype) not in _PARTS:
+        raise ValueError(f"x must be bf16, f16 or f32, got {jnp.dtype(dtype)}")
+    return _PARTS[jnp.dtype(dtype)]
+
+
 def split_activation(x: jax.Array) -> list[jax.Array]:
     """bf16 parts whose float32 sum is x exactly: 1 for bf16, 2 for f16, 3 for f32.
 
@@ -92,13 +102,12 @@ def split_activation(x: jax.Array) -> list[jax.Array]:
     bf16 convert and subtracting is not safe: with xla_allow_excess_precision, on by default on
     GPU, XLA deletes the f32 -> bf16 -> f32 pair and the remainder becomes 0.)
     """
-    if x.dtype == jnp.dtype(BF16):
+    count = activation_parts(x.dtype)
+    if count == 1:
         return [x]
-    if x.dtype not in (jnp.dtype(jnp.float16), jnp.dtype(F32)):
-        raise ValueError(f"x must be bf16, f16 or f32, got {x.dtype}")
     rest = x.astype(F32)
     parts = []
-    for _ in range(2 if x.dtype == jnp.dtype(jnp.float16) else 3):
+    for _ in range(count):
         head = _truncate_bf16(rest)
         parts.append(head.astype(BF16))  # exact
         rest = rest - head  # exact: head holds rest's leading bits

@@ -31,7 +31,7 @@ from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for,
                                        mgpu_path, mxfp4_matmul, nvfp4_matmul, path_for,
                                        resolve_dequant_config)
-from pallas_kernels.mx_core import split_activation
+from pallas_kernels.mx_core import activation_parts, split_activation
 from pallas_kernels.mx_dense import DENSE_MIN_M
 from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
 
@@ -148,8 +148,7 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     del kernel
     n, k = qw.storage_shape
     wk = spec.weight
-    parts = 1 if spec.activation is not None or jnp.dtype(x_dtype) == jnp.dtype(BF16) else (
-        2 if jnp.dtype(x_dtype) == jnp.dtype(jnp.float16) else 3)
+    parts = 1 if spec.activation is not None else activation_parts(x_dtype)
     fmt = GROUP_FORMAT["e2m1" if wk.is_fp4 else "e4m3",
                        "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
     if mgpu_path(fmt, m, n, k, parts, BF16 if parts == 1 else x_dtype,
