@@ -48,7 +48,8 @@ from .mx_decode import (ASM_NVFP4_ACC_SHIFT, ASM_NVFP4_SCALE_SHIFT, E2M1_DECODE_
                         e2m1_bytes_to_f32, e2m1_nibbles_bf16_asm, e2m1_nibbles_to_f32,
                         e8m0_to_f32, expand_groups)
 
-__all__ = ["mx_dequant_matmul", "split_activation", "activation_parts", "ELEMS", "SCALES", "FP4_LAYOUTS", "DECODES"]
+__all__ = ["mx_dequant_matmul", "split_activation", "activation_parts", "ELEMS", "SCALES",
+           "FP4_LAYOUTS", "DECODES"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 ELEMS = ("e2m1", "e4m3")  # e2m1: packed uint8 (N, K/2); e4m3: (N, K) as e4m3 or its bytes
