@@ -18,9 +18,9 @@ from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_GROUPS_MA
                                                 _launch, check_launch,
                                                 _scale_operand, decode_params, det_params,
                                                 det_stream_params,
-                                                fp8_block_a16_matmul_mgpu, launch_params,
-                                                range_params, stream_params, stream_programs,
-                                                stream_slabs, halves_pay)
+                                                fp8_block_a16_matmul_mgpu, halves_pay,
+                                                launch_params, range_params, stream_params,
+                                                stream_programs, stream_slabs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 from pallas_kernels.group_a16_mgpu import group_launch_params
