@@ -17,6 +17,7 @@ the same process), adding what the group-scaled kernels need to be judged:
     a step, words vs bytes; M=1,16 / 256,4096), dets (deterministic steps straddling K parts'
     ends, K = 7168, beside one block a step), detstream (deterministic streamed parts where
     det_params keeps in-CTA parts), dethalves (a det order of two halves of K at M = 64 / 256),
+    dethalvesdec (the group decode's wgmma_halves in deterministic launches, M = 256 / 4096),
     detranges (deterministic K ranges with stored parts at
     M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
@@ -402,6 +403,23 @@ def det_park_ops(k: int, n: int) -> list[bench.Op]:
     return _beside_det("det-one-fold", _det_one_fold)
 
 
+def _det_halves_decode(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch with wgmma_halves where fp8's rule takes them (halves_pay:
+    in-CTA parts folded in registers at 128-row x tiles, one K-block a step)."""
+    from pallas_kernels.fp8_block_a16_mgpu import halves_pay
+    return {**p, "wgmma_halves": True} if halves_pay(p) else p
+
+
+def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
+    """The group decode's wgmma_halves (session 16, prepared; run the GPU test
+    test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
+    Prediction (NOTES session 16): if the group kernels' in-CTA parts spill at 128-row tiles
+    as fp8's did (benchmarks/sass_parts.py --only nvfp4_p1,nvfp4_det,mxfp8_det), det/default
+    at M=4096 from 1.33-1.77x to ~1.2-1.4x; at M=256 -5..-10%."""
+    del k, n
+    return _beside_det("det-halves-decode", _det_halves_decode)
+
+
 def _with_k_parts(parts: int):
     """Default mode's launch with each K range summed as `parts` in-CTA parts (cond), where
     its ranges hold a multiple of them and no stream runs (the sums differ from one part's
@@ -521,6 +539,9 @@ def main(argv=None) -> int:
         elif part == "detpark":  # the two-group order's parked launch vs one fold's
             plan.append((DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [
                 ("llama3-70b", 28672, 8192)], (256, 4096), det_park_ops))
+        elif part == "dethalvesdec":  # the group decode's wgmma_halves (session 16)
+            plan.append((DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [
+                ("llama3-70b", 28672, 8192)], (256, 4096), det_group_halves_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

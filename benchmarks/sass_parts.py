@@ -37,6 +37,9 @@ VARIANTS = {  # name: fp8_block_a16_matmul_mgpu settings at M=4096, 8192x8192, 1
     "nvfp4_p1": dict(fmt="nvfp4"),
     "nvfp4_det": dict(fmt="nvfp4", deterministic=True),
     "mxfp8_det": dict(fmt="mxfp8", deterministic=True),
+    # ... and with the group decode's halves (prepared in session 16)
+    "nvfp4_det_h": dict(fmt="nvfp4", deterministic=True, wgmma_halves=True),
+    "mxfp8_det_h": dict(fmt="mxfp8", deterministic=True, wgmma_halves=True),
 }
 
 

@@ -123,8 +123,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     per_part = steps // k_parts
     step_k = blocks * BLOCK
     x_tiles = swizzled(x_gmem.dtype)
-    # wgmma_halves reads half a K-block's bytes at a time: whole 64-byte swizzle atoms
-    wgmma_halves = wgmma_halves and a_in_registers and scales != "groups"
+    # wgmma_halves reads half a K-block's codes at a time: whole swizzle atoms of half the width
+    wgmma_halves = wgmma_halves and a_in_registers
     w_tiles = swizzled(w_gmem.dtype, HALF if wgmma_halves else BLOCK)
     if scales == "groups":
         fmt = GROUP_FORMATS[group_fmt]
@@ -189,40 +189,47 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             v = plgpu.load(at, layout=plgpu.Layout.WGMMA.reduce(1))
             return lax.broadcast_in_dim(v, shape, [0])
 
+        def decoded(cols, off, half=None):  # codes of `cols` (a K-block or, with `half`,
+            # one of its halves) and the K-block's group scales at `off`, decoded in registers
+            sc = ws_smem.at[rows, pl.ds(off, gb)]
+            if a_load == "words":  # 8 codes a load, K permuted (x alike: _launch)
+                return decode_words(plgpu.load(w_smem.at[rows, cols],
+                                               layout=plgpu.Layout.WGMMA_UPCAST_4X), sc, fmt,
+                                    half)
+            if fmt.elem == "e2m1":
+                return decode_groups(plgpu.load(w_smem.at[rows, cols],
+                                                layout=plgpu.Layout.WGMMA), sc, fmt, half)
+            # e4m3 converted as below, then times its scales
+            return decode_groups(w_smem[rows, cols].astype(F32).astype(x_gmem.dtype), sc, fmt,
+                                 half)
+
         def run_blocks(*accs):  # a fresh accumulator per K-block: its sum alone
             for j, acc in enumerate(accs):  # every block's wgmma issued first (asynchronous)
                 cols = pl.ds(j * BLOCK, BLOCK)
+                # (a scale tile may hold several steps' K-blocks: group_tile_blocks)
+                off = (gb * (j if blocks == g_tile else (k_block + j) % g_tile)
+                       if scales == "groups" else None)
                 # exact; Mosaic GPU has no direct e4m3 -> bf16 conversion with this ptxas (the
                 # int4 weights of benchmarks/probe_w4_mgpu.py convert directly). Not the
                 # limiter: one PTX cvt per pair plus integer ops instead ran 0-13% slower
                 # (session 8, NOTES.md)
+                if wgmma_halves:  # (one K-block a step, registers: checked)
+                    for h in range(2):  # each half's wgmmas done before the next is converted
+                        hc = pl.ds(j * BLOCK + h * HALF, HALF)
+                        w = (decoded(hc, off, h) if scales == "groups" else
+                             w_smem[rows, hc].astype(F32).astype(x_gmem.dtype))
+                        plgpu.wgmma(acc, w, x_smem.at[:, hc].transpose((1, 0)))
+                        if h == 0:
+                            plgpu.wgmma_wait(0)
+                    continue
                 if scales == "groups":  # codes and their K-block's group scales
-                    # (a scale tile may hold several steps' K-blocks: group_tile_blocks)
-                    off = gb * (j if blocks == g_tile else (k_block + j) % g_tile)
                     if not a_in_registers:  # the interpreter: the same values by jnp
                         w = decode_groups_jnp(w_smem[rows, cols], ws_smem[rows, pl.ds(off, gb)],
                                               fmt)
                         if a_load == "words":  # the columns as decode_words hands them over
                             w = permute_cols(w, "halves")
-                    elif a_load == "words":  # 8 codes a load, K permuted (x alike: _launch)
-                        w = decode_words(plgpu.load(w_smem.at[rows, cols],
-                                                    layout=plgpu.Layout.WGMMA_UPCAST_4X),
-                                         ws_smem.at[rows, pl.ds(off, gb)], fmt)
-                    elif fmt.elem == "e2m1":
-                        w = decode_groups(plgpu.load(w_smem.at[rows, cols],
-                                                     layout=plgpu.Layout.WGMMA),
-                                          ws_smem.at[rows, pl.ds(off, gb)], fmt)
-                    else:  # e4m3 converted as below, then times its scales
-                        w = decode_groups(w_smem[rows, cols].astype(F32).astype(x_gmem.dtype),
-                                          ws_smem.at[rows, pl.ds(off, gb)], fmt)
-                elif a_load == "wgmma" and wgmma_halves:  # (one K-block a step: checked)
-                    for h in range(2):  # each half's wgmmas done before the next is converted
-                        hc = pl.ds(j * BLOCK + h * HALF, HALF)
-                        w = w_smem[rows, hc].astype(F32).astype(x_gmem.dtype)
-                        plgpu.wgmma(acc, w, x_smem.at[:, hc].transpose((1, 0)))
-                        if h == 0:
-                            plgpu.wgmma_wait(0)
-                    continue
+                    else:
+                        w = decoded(cols, off)
                 elif a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
                     w = w_smem[rows, cols]
                 else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)

@@ -47,7 +47,8 @@ N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
 # launch settings that describe how K and the tiles are cut (overriding any replaces them all)
 PARTITION = {"block_m", "k_splits", "k_parts", "programs", "blocks_per_step", "parts_sum",
              "k_groups"}
-_SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs", "a_load"}
+_SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs", "a_load",
+                         "wgmma_halves"}
 
 
 def k_multiple(fmt: str) -> int:
@@ -94,7 +95,7 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits)
-    # (the group decode converts whole K-blocks: no wgmma_halves)
+    # (the group decode's halves, prepared in session 16, are not yet run on a GPU: not taken)
     p.pop("wgmma_halves", None)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
@@ -126,7 +127,10 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     overrides: launch settings of fp8_block_a16_matmul_mgpu (block_m, k_splits, k_parts,
     programs, blocks_per_step -- here also 4 --, stages, parts_sum, k_groups, group_m,
     a_in_registers;
-    a_load "wgmma" (byte loads) or "words" (e2m1 codes, 8 a load, K permuted))
+    a_load "wgmma" (byte loads) or "words" (e2m1 codes, 8 a load, K permuted);
+    wgmma_halves -- each K-block decoded and multiplied in two halves, the same sums by
+    construction; prepared in session 16 for in-CTA parts' spills, lowered for CUDA but NOT
+    yet run on a GPU (test_gpu_group_wgmma_halves_give_the_same_bits), so never chosen)
     on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
     given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,
     one K-block a step)."""
@@ -173,6 +177,9 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     if a_load not in GROUP_A_LOADS or (a_load == "words" and f.elem != "e2m1"):
         raise ValueError(f"a_load must be one of {GROUP_A_LOADS} ('words': e2m1 codes only), "
                          f"got {a_load!r} for {fmt}")
+    if params.get("wgmma_halves") and params.get("blocks_per_step", 1) != 1:
+        raise ValueError("wgmma_halves splits one K-block a step; got blocks_per_step="
+                         f"{params['blocks_per_step']}")
     if params["a_in_registers"] == bool(interpret):
         raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
                          "shared memory in the interpreter; a_in_registers must be "

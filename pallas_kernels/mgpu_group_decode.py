@@ -82,12 +82,13 @@ _NVFP4_SCALE_FACTOR = 0x7A800000  # float32 2**118
 
 
 @functools.cache
-def register_map(group: int) -> tuple[np.ndarray, np.ndarray]:
-    """(row offset, K group) of each register of a thread's (64, 128) tile in Layout.WGMMA,
-    the same for every thread; raises if the layout is not what the decode assumes (two
-    consecutive K values per register, rows base(t) and base(t) + 8)."""
-    pos = _positions(fa.WGMMA_LAYOUT)  # (threads, elements): row * 128 + col
-    rows, cols = pos // TILE[1], pos % TILE[1]
+def register_map(group: int, width: int = TILE[1]) -> tuple[np.ndarray, np.ndarray]:
+    """(row offset, K group) of each register of a thread's (64, width) tile in Layout.WGMMA
+    (width 128: a K-block; 64: half of one, wgmma_halves), the same for every thread; raises if
+    the layout is not what the decode assumes (two consecutive K values per register, rows
+    base(t) and base(t) + 8)."""
+    pos = _positions(fa.WGMMA_LAYOUT, (TILE[0], width))  # (threads, elements): row * width + col
+    rows, cols = pos // width, pos % width
     t = np.arange(pos.shape[0])
     base = (t // 32) * 16 + (t % 32) // 4
     if not (np.array_equal(rows[:, 0], base) and np.array_equal(pos[:, 1::2], pos[:, ::2] + 1)):
@@ -100,15 +101,16 @@ def register_map(group: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.cache
-def word_register_map() -> np.ndarray:
-    """Column of the first code of each register of a thread's (64, 128) tile in
+def word_register_map(width: int = TILE[1]) -> np.ndarray:
+    """Column of the first code of each register of a thread's (64, width) tile in
     Layout.WGMMA_UPCAST_4X, less 8 * (t % 4) (the same for every thread); raises if the
     layout is not what decode_words assumes (rows base(t) + 8 * (i % 2), 8 consecutive codes
     from column 32 * (i // 2) + 8 * (t % 4))."""
     layout = fa.WGMMA_LAYOUT_UPCAST_4X
     vec = layout.vector_length
-    pos = _positions(layout).reshape(128, -1, vec)  # (threads, registers, codes)
-    rows, cols = pos // TILE[1], pos % TILE[1]
+    # (threads, registers, codes)
+    pos = _positions(layout, (TILE[0], width)).reshape(128, -1, vec)
+    rows, cols = pos // width, pos % width
     t = np.arange(128)[:, None]
     i = np.arange(pos.shape[1])[None, :]
     base = (t // 32) * 16 + (t % 32) // 4
@@ -269,13 +271,22 @@ def _row_scale_words(ref, fmt: Format):
     return t, rows
 
 
-def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
+def _tile(half: int | None) -> tuple[int, int]:
+    """The (rows, K) tile a decode takes: a K-block, or half of one (half 0 or 1)."""
+    return TILE if half is None else (TILE[0], TILE[1] // 2)
+
+
+def decode(w: jax.Array, scales, fmt: Format, half: int | None = None) -> jax.Array:
     """w: int4 codes (e2m1 formats) or bf16 values (e4m3, converted exactly), (64, 128) in
-    Layout.WGMMA (a warpgroup's K-block); scales: a shared-memory ref (64, fmt.scale_bytes)
-    uint8 (its group scales) -> bf16 weight * scale / fmt.post_factor in Layout.WGMMA, wgmma's
+    Layout.WGMMA (a warpgroup's K-block) -- or with `half` (0 / 1) that K-block's first or
+    second 64 columns (64, 64); scales: a shared-memory ref (64, fmt.scale_bytes) uint8 (the
+    K-block's group scales) -> bf16 weight * scale / fmt.post_factor in Layout.WGMMA, wgmma's
     A operand. GPU only (inline Mosaic GPU)."""
-    offset, group = register_map(fmt.group)
-    out = plgpu.ShapeDtypeStruct(TILE, jnp.bfloat16, layout=plgpu.Layout.WGMMA)
+    tile = _tile(half)
+    offset, group = register_map(fmt.group, tile[1])
+    first = 0 if half is None else half * tile[1] // fmt.group  # the tile's first group
+    wanted = range(first, first + tile[1] // fmt.group)
+    out = plgpu.ShapeDtypeStruct(tile, jnp.bfloat16, layout=plgpu.Layout.WGMMA)
 
     @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, plgpu.RefType()), return_type=out)
     def body(ctx, arr, ref):
@@ -287,13 +298,15 @@ def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
         splats = {}  # (row offset, group) -> bf16x2 of the group's factor twice
         for off, words in _row_scale_words(ref, fmt)[1].items():
             for wi, word in enumerate(words):
+                if not any(4 * wi + g in wanted for g in range(4)):
+                    continue  # (a half's decode: the other half's groups)
                 for g, val in enumerate(mgpu_utils.inline_ptx(ptx, word,
                                                               result_types=[i32] * 4)):
                     splats[off, 4 * wi + g] = val
         bf16x2 = ir.VectorType.get((2,), ir.BF16Type.get())
         regs = np.empty(arr.registers.shape, dtype=object)
         for i, reg in enumerate(arr.registers.flat):
-            splat = splats[int(offset[i]), int(group[i])]
+            splat = splats[int(offset[i]), first + int(group[i])]
             if fmt.elem == "e2m1":
                 byte = arith.extui(i32, mgpu_utils.bitcast(reg, i8))
                 val = mgpu_utils.inline_ptx(_byte_ptx(fmt.scale), byte, splat,
@@ -308,17 +321,21 @@ def decode(w: jax.Array, scales, fmt: Format) -> jax.Array:
     return body(w, scales)
 
 
-def decode_words(w: jax.Array, scales, fmt: Format) -> jax.Array:
-    """w: int4 codes (64, 128) in Layout.WGMMA_UPCAST_4X (a warpgroup's K-block); scales: a
-    shared-memory ref (64, fmt.scale_bytes) uint8 -> bf16 weight * scale / fmt.post_factor in
-    Layout.WGMMA with the K columns permuted as mgpu_relabel.permute_k(..., "halves") shows
-    them (x must be permuted alike). e2m1 formats; GPU only (inline Mosaic GPU)."""
+def decode_words(w: jax.Array, scales, fmt: Format, half: int | None = None) -> jax.Array:
+    """w: int4 codes (64, 128) in Layout.WGMMA_UPCAST_4X (a warpgroup's K-block; with `half`,
+    its first or second 64 columns); scales: a shared-memory ref (64, fmt.scale_bytes) uint8
+    (the K-block's) -> bf16 weight * scale / fmt.post_factor in Layout.WGMMA with the K columns
+    permuted as mgpu_relabel.permute_k(..., "halves") shows them (x must be permuted alike:
+    the permutation stays inside each 32 columns, so a half's columns are its own). e2m1
+    formats; GPU only (inline Mosaic GPU)."""
     from .mgpu_relabel import pair_slots
     if fmt.elem != "e2m1":
         raise ValueError(f"decode_words decodes e2m1 codes, not {fmt.elem} ({fmt.name})")
-    word_register_map()  # the layout it assumes, or an error at trace time
-    slots = pair_slots("halves")
-    out = plgpu.ShapeDtypeStruct(TILE, jnp.bfloat16, layout=plgpu.Layout.WGMMA)
+    tile = _tile(half)
+    word_register_map(tile[1])  # the layout it assumes, or an error at trace time
+    slots = pair_slots("halves", tile[1])
+    chunk0 = 0 if half is None else half * tile[1] // 32  # the tile's first 32-column chunk
+    out = plgpu.ShapeDtypeStruct(tile, jnp.bfloat16, layout=plgpu.Layout.WGMMA)
     per_group = fmt.group // 8  # 8-code chunks per group: NVFP4 2 (a thread's parity), MX 4
     ptx = _word_ptx(fmt.scale)
 
@@ -344,10 +361,10 @@ def decode_words(w: jax.Array, scales, fmt: Format) -> jax.Array:
                                                           result_types=[i32] * 4)):
                 splats[off, j] = val
         bf16x2 = ir.VectorType.get((2,), ir.BF16Type.get())
-        regs = np.empty(fa.WGMMA_LAYOUT.registers_shape(TILE), dtype=object)
+        regs = np.empty(fa.WGMMA_LAYOUT.registers_shape(tile), dtype=object)
         for i, reg in enumerate(arr.registers.flat):
             q = mgpu_utils.bitcast(reg, i32)
-            pairs = mgpu_utils.inline_ptx(ptx, q, splats[8 * (i % 2), i // 2],
+            pairs = mgpu_utils.inline_ptx(ptx, q, splats[8 * (i % 2), chunk0 + i // 2],
                                           result_types=[i32] * 4)
             for j, val in enumerate(pairs):
                 regs.flat[slots[4 * i + j]] = mgpu_utils.bitcast(val, bf16x2)

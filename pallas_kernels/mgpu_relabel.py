@@ -69,34 +69,36 @@ def _positions(layout: fa.TiledLayout, shape=TILE) -> np.ndarray:
 
 
 @functools.cache
-def _mapping(pairing: str = "consecutive") -> tuple[dict[int, int], np.ndarray]:
-    """(pair slot of UPCAST_4X -> register of WGMMA, column map P) or an error. Pair slot s is
-    register s // 4's pair s % 4 in `pairing`'s order."""
-    src, dst = _positions(fa.WGMMA_LAYOUT_UPCAST_4X), _positions(fa.WGMMA_LAYOUT)
+def _mapping(pairing: str = "consecutive", cols: int = TILE[1]
+             ) -> tuple[dict[int, int], np.ndarray]:
+    """(pair slot of UPCAST_4X -> register of WGMMA, column map P) for a (64, cols) tile, or an
+    error. Pair slot s is register s // 4's pair s % 4 in `pairing`'s order."""
+    shape = (TILE[0], cols)
+    src, dst = _positions(fa.WGMMA_LAYOUT_UPCAST_4X, shape), _positions(fa.WGMMA_LAYOUT, shape)
     vec = fa.WGMMA_LAYOUT_UPCAST_4X.vector_length
     src = src.reshape(128, -1, vec)[:, :, list(PAIRINGS[pairing])]
     pairs_src, pairs_dst = src.reshape(128, -1, 2), dst.reshape(128, -1, 2)
-    slots, cols = None, {}
+    slots, col_map = None, {}
     for t in range(128):
         here = {}
-        for row in np.unique(pairs_src[t, :, 0] // TILE[1]):
-            a = sorted(np.flatnonzero(pairs_src[t, :, 0] // TILE[1] == row),
+        for row in np.unique(pairs_src[t, :, 0] // cols):
+            a = sorted(np.flatnonzero(pairs_src[t, :, 0] // cols == row),
                        key=lambda i: pairs_src[t, i, 0])
-            b = sorted(np.flatnonzero(pairs_dst[t, :, 0] // TILE[1] == row),
+            b = sorted(np.flatnonzero(pairs_dst[t, :, 0] // cols == row),
                        key=lambda j: pairs_dst[t, j, 0])
             if len(a) != len(b):
                 raise AssertionError("the layouts give a thread different rows")
             for i, j in zip(a, b):
                 here[int(i)] = int(j)
                 for e in range(2):
-                    c_src, c_dst = pairs_src[t, i, e] % TILE[1], pairs_dst[t, j, e] % TILE[1]
-                    if cols.setdefault(c_src, c_dst) != c_dst:
+                    c_src, c_dst = pairs_src[t, i, e] % cols, pairs_dst[t, j, e] % cols
+                    if col_map.setdefault(c_src, c_dst) != c_dst:
                         raise AssertionError("no single column permutation")
         if slots is None:
             slots = here
         elif slots != here:
             raise AssertionError("the register relabelling differs between threads")
-    return slots, np.array([cols[c] for c in range(TILE[1])])
+    return slots, np.array([col_map[c] for c in range(cols)])
 
 
 def column_permutation(pairing: str = "consecutive") -> np.ndarray:
@@ -104,9 +106,10 @@ def column_permutation(pairing: str = "consecutive") -> np.ndarray:
     return _mapping(pairing)[1]
 
 
-def pair_slots(pairing: str) -> dict[int, int]:
-    """pair slot (register s // 4, its pair s % 4 in `pairing`'s order) -> WGMMA register."""
-    return _mapping(pairing)[0]
+def pair_slots(pairing: str, cols: int = TILE[1]) -> dict[int, int]:
+    """pair slot (register s // 4, its pair s % 4 in `pairing`'s order) -> WGMMA register, of
+    a (64, cols) tile (cols: 128, or 64 for half a K-block)."""
+    return _mapping(pairing, cols)[0]
 
 
 def permute_cols(a: jax.Array, pairing: str) -> jax.Array:

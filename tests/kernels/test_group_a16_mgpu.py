@@ -565,3 +565,80 @@ def test_gpu_mx_decode_is_exact(rng, fmt, a_load):
         v = w.astype(np.float64)
     want = (v * np.repeat(2.0 ** (scale.astype(np.float64) - 127), 32, axis=1)).astype(np.float32)
     np.testing.assert_array_equal(np.asarray(got), want[:, hot].T)
+
+
+# --- wgmma_halves for the group decode (session 16: prepared, lowered; not yet run on a GPU)
+
+@pytest.mark.parametrize("group", [16, 32])
+def test_half_tile_maps_are_the_first_half_of_the_k_block_maps(group):
+    """A half K-block's registers (Layout.WGMMA, and UPCAST_4X words) are the first half of a
+    whole K-block's, with the same rows and K groups counted from the half's start; the
+    'halves' word pairing keeps a half's columns (it permutes inside 32 columns)."""
+    from pallas_kernels.mgpu_relabel import column_permutation, pair_slots
+    offset, grp = register_map(group)
+    half_offset, half_grp = register_map(group, 64)
+    np.testing.assert_array_equal(half_offset, offset[:16])
+    np.testing.assert_array_equal(half_grp, grp[:16])
+    assert set(grp[16:] - 64 // group) == set(half_grp)
+    np.testing.assert_array_equal(word_register_map(64), word_register_map()[:4])
+    slots = pair_slots("halves")
+    assert pair_slots("halves", 64) == {s: r for s, r in slots.items() if s < 16}
+    assert all(r < 16 for s, r in slots.items() if s < 16)
+    p = column_permutation("halves")
+    assert all(p[c] // 32 == c // 32 for c in range(128))
+
+
+@pytest.mark.parametrize("fmt,a_load,launch", [
+    ("nvfp4", "wgmma", dict(k_parts=8, k_groups=2)), ("nvfp4", "words", dict(k_parts=8)),
+    ("mxfp4", "words", dict(k_splits=2, k_parts=4, k_groups=2)), ("mxfp8", "wgmma", {})])
+def test_lowers_for_cuda_on_cpu_with_group_wgmma_halves(fmt, a_load, launch):
+    """The group decode in halves (codes in swizzle atoms of half a K-block; each half decoded
+    with its groups' scales) lowers for CUDA for each code format and load."""
+    m, n, k = 256, 512, 2048
+    w = (jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn) if fmt == "mxfp8" else
+         jax.ShapeDtypeStruct((n, k // 2), jnp.uint8))
+    group = FORMATS[fmt].group
+    ws = jax.ShapeDtypeStruct((n, k // group),
+                              jnp.float8_e4m3fn if fmt == "nvfp4" else jnp.uint8)
+    extra = (dict(post="mul", col_scale=jnp.ones((n,), jnp.float32)) if fmt == "nvfp4" else {})
+    f = jax.jit(lambda x, w, ws: group_a16_matmul_mgpu(
+        fmt, x, w, ws, **extra, a_load=a_load, wgmma_halves=True, a_in_registers=True,
+        **launch))
+    x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_group_wgmma_halves_are_refused_with_steps_of_several_k_blocks(rng):
+    x, packed, scale, col = _operands(rng, 8, 256, 2048)
+    with pytest.raises(ValueError, match="wgmma_halves splits one K-block a step; got "
+                                         "blocks_per_step=4"):
+        nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                              jnp.asarray(col), post="div", interpret=True,
+                              a_in_registers=False, block_m=16, blocks_per_step=4,
+                              wgmma_halves=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,a_load", [("nvfp4", "wgmma"), ("nvfp4", "words"),
+                                        ("mxfp4", "wgmma"), ("mxfp4", "words"),
+                                        ("mxfp8", "wgmma")])
+@pytest.mark.parametrize("m,launch", [(300, dict(k_parts=8, k_groups=2)), (300, dict(k_parts=8)),
+                                      (256, dict(k_splits=2, k_parts=4, k_groups=2)),
+                                      (5, dict(block_m=16, k_splits=4))])
+def test_gpu_group_wgmma_halves_give_the_same_bits(rng, fmt, a_load, m, launch):
+    """The gate for taking wgmma_halves in the group kernels: bitwise the whole K-block's
+    decode and sums at each launch form, within the float32 reference's bound."""
+    n, k = 2560, 7168
+    if fmt == "nvfp4":
+        x, w, scale, col = _operands(rng, m, n, k)
+        kw, want = dict(col_scale=jnp.asarray(col), post="div"), _reference(
+            x, w, scale, col, "div", np.float32)
+    else:
+        x, w, scale = _mx_operands(rng, fmt, m, n, k)
+        kw, want = {}, _mx_reference(fmt, x, w, scale, np.float32)
+    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
+    whole, halves = (np.asarray(group_a16_matmul_mgpu(fmt, *args, **kw, a_load=a_load,
+                                                      wgmma_halves=h, **launch))
+                     for h in (False, True))
+    np.testing.assert_array_equal(halves, whole)
+    _check(halves, want)
