@@ -624,7 +624,7 @@ def test_group_wgmma_halves_are_refused_with_steps_of_several_k_blocks(rng):
                                         ("mxfp8", "wgmma")])
 @pytest.mark.parametrize("m,launch", [(300, dict(k_parts=8, k_groups=2)), (300, dict(k_parts=8)),
                                       (256, dict(k_splits=2, k_parts=4, k_groups=2)),
-                                      (5, dict(block_m=16, k_splits=4))])
+                                      (5, dict(block_m=16, k_splits=2))])
 def test_gpu_group_wgmma_halves_give_the_same_bits(rng, fmt, a_load, m, launch):
     """The gate for taking wgmma_halves in the group kernels: bitwise the whole K-block's
     decode and sums at each launch form, within the float32 reference's bound."""
