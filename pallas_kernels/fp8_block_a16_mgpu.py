@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import threading
 from typing import Iterator, NamedTuple
 
 import jax
@@ -651,17 +652,23 @@ DET_GROUPS_MAX_N = 16384
 TWO_RANGE_MIN_FILL = 0.75
 
 
+# one_left_fold's override, per thread: benchmarks trace their variants concurrently
+# (jqlin.bench compiles cases in a thread pool), and a module-level patch raced there --
+# session 16's first det_groups sweep traced deterministic mode's launch with one fold
+_ORDER = threading.local()
+
+
 @contextlib.contextmanager
 def one_left_fold() -> Iterator[None]:
-    """Within (at trace time): deterministic launches sum K as one left fold of its parts at
-    every N (the order before session 15, DET_GROUPS_MAX_N = 0) -- for comparisons. Traces
-    made outside are cached by jit and keep their order."""
-    global DET_GROUPS_MAX_N
-    saved, DET_GROUPS_MAX_N = DET_GROUPS_MAX_N, 0
+    """Within, in this thread (at trace time): deterministic launches sum K as one left fold
+    of its parts at every N (the order before session 15, DET_GROUPS_MAX_N = 0) -- for
+    comparisons. Traces made outside are cached by jit and keep their order."""
+    saved = getattr(_ORDER, "max_n", None)
+    _ORDER.max_n = 0
     try:
         yield
     finally:
-        DET_GROUPS_MAX_N = saved
+        _ORDER.max_n = saved
 
 
 def det_groups(n: int, parts: int) -> int:
@@ -669,7 +676,8 @@ def det_groups(n: int, parts: int) -> int:
     unsharded N of an enclosing `deterministic_rows`): 2 up to DET_GROUPS_MAX_N rows where the
     parts pair up, else 1. A function of N and K only (through the parts), never of M."""
     rows = current_det_rows() or n
-    return 2 if parts % 2 == 0 and rows <= DET_GROUPS_MAX_N else 1
+    max_n = getattr(_ORDER, "max_n", None)
+    return 2 if parts % 2 == 0 and rows <= (DET_GROUPS_MAX_N if max_n is None else max_n) else 1
 
 
 def _two_ranges(m: int, sms: int, block_m: int, ctas: int, parts: int,

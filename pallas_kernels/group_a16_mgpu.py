@@ -84,6 +84,12 @@ FOUR_BLOCK_MIN_TILES = 64
 WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
 
 
+# wgmma_halves (fp8_block_a16_mgpu.halves_pay's launches) for MXFP8's e4m3 codes only. H200,
+# session 16 (bench_fp4_mx.py --parts dethalvesdec, 4 shapes, same run; in-CTA parts at 128-row
+# tiles spill 16 bytes for NVFP4, 44 for MXFP8, none with the halves): MXFP8 det/default at
+# M=4096 1.63-1.70x -> 1.49-1.56x, at M=256 1.12-1.17x -> 1.03-1.11x; NVFP4 slower with them
+# (M=4096 1.38-1.48x -> 1.44-1.54x, M=256 +3-11%): its e2m1 decode is the bound, and a half
+# converts its groups' scales again.
 def group_launch_params(m: int, n: int, k: int, interpret: bool,
                         deterministic: bool = False, fmt: str = "nvfp4") -> dict:
     """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
@@ -95,8 +101,8 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits)
-    # (the group decode's halves, prepared in session 16, are not yet run on a GPU: not taken)
-    p.pop("wgmma_halves", None)
+    if FORMATS[fmt].elem == "e2m1":  # (MXFP8's e4m3 codes keep launch_params' wgmma_halves)
+        p.pop("wgmma_halves", None)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
@@ -128,9 +134,9 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     programs, blocks_per_step -- here also 4 --, stages, parts_sum, k_groups, group_m,
     a_in_registers;
     a_load "wgmma" (byte loads) or "words" (e2m1 codes, 8 a load, K permuted);
-    wgmma_halves -- each K-block decoded and multiplied in two halves, the same sums by
-    construction; prepared in session 16 for in-CTA parts' spills, lowered for CUDA but NOT
-    yet run on a GPU (test_gpu_group_wgmma_halves_give_the_same_bits), so never chosen)
+    wgmma_halves -- each K-block decoded and multiplied in two halves, the same sums
+    (test_gpu_group_wgmma_halves_give_the_same_bits); group_launch_params takes them for
+    MXFP8's in-CTA parts at 128-row x tiles)
     on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
     given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,
     one K-block a step)."""

@@ -648,13 +648,32 @@ def test_det_params_narrow_x_tiles_within_the_waves():
     with fp8_block_a16_mgpu.one_left_fold():
         assert "programs" in det_params(64, 8192, 8192, 132, min_x_tile=8, narrow=True)
     assert fp8_block_a16_mgpu.det_groups(8192, 8) == 2  # (the order back after the block)
+    # the override is this thread's: a benchmark's other variants, traced in other threads
+    # at the same time (jqlin.bench's compile pool), keep the two-group order
+    import threading
+    inside, seen = threading.Event(), []
+    done = threading.Event()
+
+    def other():
+        inside.wait()
+        seen.append(fp8_block_a16_mgpu.det_groups(8192, 8))
+        done.set()
+    t = threading.Thread(target=other)
+    t.start()
+    with fp8_block_a16_mgpu.one_left_fold():
+        inside.set()
+        done.wait()
+        assert fp8_block_a16_mgpu.det_groups(8192, 8) == 1
+    t.join()
+    assert seen == [2]
     assert det_params(4096, 8192, 8192, 132, narrow=True)["block_m"] == 128  # 16 waves
 
 
 def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monkeypatch):
     """On the GPU, deterministic in-CTA parts folded in registers at 128-row x tiles (M=256 /
     4096; also the two ranges of a two-group order) take wgmma_halves; decode launches,
-    default mode, stored or streamed parts and the interpreter never do; NVFP4 / MX never."""
+    default mode, stored or streamed parts and the interpreter never do; of the group formats
+    only MXFP8 (e4m3 codes)."""
     monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
     for m, n, k in ((4096, 8192, 8192), (256, 8192, 8192), (256, 4096, 14336),
                     (4096, 57344, 8192)):
@@ -662,9 +681,11 @@ def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monke
         assert p.get("wgmma_halves") and p["block_m"] == 128 and p["k_parts"] > 1, p
         assert "wgmma_halves" not in launch_params(m, n, k, True, deterministic=True)
         assert "wgmma_halves" not in launch_params(m, n, k, False)
-        for fmt in ("nvfp4", "mxfp8"):
+        for fmt in ("nvfp4", "mxfp4"):  # (e2m1: slower with them)
             assert "wgmma_halves" not in group_launch_params(m, n, k, False,
                                                              deterministic=True, fmt=fmt)
+        assert group_launch_params(m, n, k, False, deterministic=True, fmt="mxfp8")[
+            "wgmma_halves"]
     for m, n, k in ((1, 8192, 8192), (16, 4096, 4096), (64, 8192, 8192)):
         assert "wgmma_halves" not in launch_params(m, n, k, False, deterministic=True)
     assert not halves_pay(dict(block_m=128, k_splits=2, k_parts=4, parts_sum="store"))
