@@ -380,6 +380,15 @@ def main() -> int:
         ("h200_fp8_sweep_halves_s16.json", "FP8 W8A16 with `wgmma_halves` (`_wgmma_halvesTrue`, "
          "`_h`) vs without, both modes, M=256/4096, same run (session 16 call 2; `_det_h` is "
          "deterministic mode's launch since)"),
+        ("h200_fp8_sweep_det_groups_s16.json", "FP8 W8A16 deterministic mode after session 16 "
+         "(`_det`: two groups, wgmma_halves at 128-row in-CTA parts) vs one fold (`_det_g1`) vs "
+         "default, the 7 shapes with N <= 16384, same run (session 16 call 8)"),
+        ("h200_fp8_grid_wide_det_s16.json", "FP8 W8A16 through the dispatcher in both modes, "
+         "the 4 shapes with N > 16384, M=256/4096 (session 16 call 6)"),
+        ("h200_fp4_det_halves_decode_s16.json", "NVFP4 / MXFP8: the group decode's wgmma_halves "
+         "(`var[mgpu-det-halves-decode]`) beside both modes, M=256/4096 (session 16 call 3)"),
+        ("h200_fp4_grid_det_halves_s16.json", "NVFP4 / MXFP8 weight-only through the dispatcher "
+         "in both modes after session 16 (MXFP8 with the halves), 5 shapes, M=256/4096"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

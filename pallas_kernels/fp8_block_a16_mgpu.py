@@ -790,9 +790,10 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 # x-tile / 2 registers a thread each; from this x tile on they spill with the converted weights
 # (ptxas: 24 bytes with one fold of 8 parts, 52 with the two-group park; SASS 3 STL + 6 LDL a
 # step, benchmarks/sass_parts.py) unless wgmma_halves frees 16 (none spill then). H200,
-# session 16 (sweep_fp8.py --parts halves, 5 shapes, same run): det/default at M=4096 1.15-1.32x
-# -> 1.06-1.20x, at M=256 1.01-1.25x -> 0.88-1.16x; default mode's one range with the halves
-# 2-16% slower (a wgmma wait more a step), so only these launches take them.
+# session 16: det/default with them (sweep_fp8.py --parts det_groups, 7 shapes of N <= 16384)
+# 0.87-1.11x at M=256, 1.11-1.22x at M=4096 (session 15 without: 0.97-1.25x / 1.08-1.32x);
+# the 4 wider shapes 0.97-1.05x / 1.05-1.11x (through the dispatcher). Default mode's one range
+# with the halves is 2-16% slower (a wgmma wait more a step), so only these launches take them.
 HALVES_MIN_X_TILE = 128
 
 
