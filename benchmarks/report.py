@@ -161,7 +161,8 @@ CURRENT = (
     ("h200_fp8_grid_a16_det_s14.json", None),
     ("h200_nvfp4_grid_s12.json", None), ("h200_fp4_grid_a16_s13.json", None),
     ("h200_fp4_grid_w4a4_s13.json", None), ("h200_fp4_grid_a16_det_s14.json", None),
-    ("h200_fp4_grid_det_groups_s15.json", None),
+    ("h200_fp4_grid_det_groups_s15.json", None), ("h200_fp8_grid_wide_det_s16.json", None),
+    ("h200_fp4_grid_det_halves_s16.json", None),
 )
 
 
