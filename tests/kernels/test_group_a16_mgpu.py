@@ -348,13 +348,7 @@ def test_gpu_deterministic_steps_across_part_ends_keep_the_sums(rng, fmt, m, n):
     or 4 that straddle the parts' ends give bitwise the same partition at one K-block a step
     (session 13's launch), within the float32 reference's bound."""
     k = 7168
-    if fmt == "nvfp4":
-        x, w, scale, col = _operands(rng, m, n, k)
-        kw, want = dict(col_scale=jnp.asarray(col), post="div"), _reference(
-            x, w, scale, col, "div", np.float32)
-    else:
-        x, w, scale = _mx_operands(rng, fmt, m, n, k)
-        kw, want = {}, _mx_reference(fmt, x, w, scale, np.float32)
+    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
     p = {key: v for key, v in group_launch_params(m, n, k, False, deterministic=True,
                                                   fmt=fmt).items() if key != "a_in_registers"}
     assert p["k_parts"] == 8 and "programs" in p and p["blocks_per_step"] > 1, p
@@ -497,6 +491,17 @@ def _mx_reference(fmt, x, w, scale, dtype=np.float64):
     return (x.astype(dtype) @ (v * s).T).astype(np.float64)
 
 
+def _format_case(rng, fmt, m, n, k):
+    """fmt's operands at (M, N, K), the launch keywords its format takes (NVFP4: the CT global
+    scale, divided) and the float32 reference."""
+    if fmt == "nvfp4":
+        x, w, scale, col = _operands(rng, m, n, k)
+        return x, w, scale, dict(col_scale=jnp.asarray(col), post="div"), _reference(
+            x, w, scale, col, "div", np.float32)
+    x, w, scale = _mx_operands(rng, fmt, m, n, k)
+    return x, w, scale, {}, _mx_reference(fmt, x, w, scale, np.float32)
+
+
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
 @pytest.mark.parametrize("m,launch", [(1, {}), (3, dict(block_m=16, k_splits=2,
                                                          blocks_per_step=1)),
@@ -629,13 +634,7 @@ def test_gpu_group_wgmma_halves_give_the_same_bits(rng, fmt, a_load, m, launch):
     """The gate for taking wgmma_halves in the group kernels: bitwise the whole K-block's
     decode and sums at each launch form, within the float32 reference's bound."""
     n, k = 2560, 7168
-    if fmt == "nvfp4":
-        x, w, scale, col = _operands(rng, m, n, k)
-        kw, want = dict(col_scale=jnp.asarray(col), post="div"), _reference(
-            x, w, scale, col, "div", np.float32)
-    else:
-        x, w, scale = _mx_operands(rng, fmt, m, n, k)
-        kw, want = {}, _mx_reference(fmt, x, w, scale, np.float32)
+    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
     args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
     whole, halves = (np.asarray(group_a16_matmul_mgpu(fmt, *args, **kw, a_load=a_load,
                                                       wgmma_halves=h, **launch))
