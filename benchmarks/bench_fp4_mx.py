@@ -51,6 +51,8 @@ DETRANGES_SHAPES = [("llama3-8b", 14336, 4096), ("llama3-8b", 4096, 4096),
 # det_halves_ops: the shapes of few weight tiles (N <= 10240) and one wide one (control)
 DETHALVES_SHAPES = DETRANGES_SHAPES + [("llama3-70b", 8192, 10240), ("llama3-70b", 28672, 8192),
                                        ("deepseek-v3", 7168, 24576)]
+# det_park_ops / det_group_halves_ops: in-CTA parts at 128-row tiles (M = 256 / 4096)
+PARK_SHAPES = DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [("llama3-70b", 28672, 8192)]
 DETSTREAM_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)]
 DETS_SHAPES = [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
                ("llama3-70b", 8192, 8192)]
@@ -537,11 +539,9 @@ def main(argv=None) -> int:
         elif part == "dethalves":  # a det order of two halves of K (session 15)
             plan.append((DETHALVES_SHAPES, (64, 256), det_halves_ops))
         elif part == "detpark":  # the two-group order's parked launch vs one fold's
-            plan.append((DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [
-                ("llama3-70b", 28672, 8192)], (256, 4096), det_park_ops))
+            plan.append((PARK_SHAPES, (256, 4096), det_park_ops))
         elif part == "dethalvesdec":  # the group decode's wgmma_halves (session 16)
-            plan.append((DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [
-                ("llama3-70b", 28672, 8192)], (256, 4096), det_group_halves_ops))
+            plan.append((PARK_SHAPES, (256, 4096), det_group_halves_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

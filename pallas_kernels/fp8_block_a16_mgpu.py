@@ -764,7 +764,8 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
 
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
-                  deterministic: bool = False, compute_wgs: int = 2, w_bits: float = 8) -> dict:
+                  deterministic: bool = False, compute_wgs: int = 2, w_bits: float = 8,
+                  halves: bool = True) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
@@ -772,7 +773,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     where every K part holds an even number (the same sums; session 7 call 6 on 4 shapes at
     M=1 and 16: -1 to +4% for fp8 weights, +7-15% for a 4-bit stream; at 128-row tiles only
     one stage of two blocks fits: 0.37x). compute_wgs: warpgroups per CTA for the tile count
-    (the dispatcher: 2)."""
+    (the dispatcher: 2). halves: whether the weights' decode takes wgmma_halves where
+    halves_pay says (group_a16_mgpu: not for e2m1 codes)."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
             DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret,
@@ -780,7 +782,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     small = with_two_block_steps(small, n, k)
-    if not interpret and halves_pay(small):
+    if halves and not interpret and halves_pay(small):
         small = {**small, "wgmma_halves": True}
     return dict(a_in_registers=not interpret, **small)
 
@@ -979,9 +981,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                          f"{tuple(w.shape)} for x {tuple(x.shape)}")
     if a_load not in A_LOADS:
         raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
-    if wgmma_halves and (blocks_per_step != 1 or a_load != "wgmma"):
-        raise ValueError("wgmma_halves splits one K-block a step read by a_load='wgmma'; got "
-                         f"blocks_per_step={blocks_per_step}, a_load={a_load!r}")
+    if wgmma_halves and a_load != "wgmma":
+        raise ValueError(f"wgmma_halves reads the weights with a_load='wgmma', got {a_load!r}")
     scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
     if scale_kind not in scale_shape:
         raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
@@ -990,7 +991,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                          f"{scale_kind!r}, got {tuple(w_scale.shape)}")
     check_launch(m, n, k, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                  blocks_per_step=blocks_per_step, programs=programs, compute_wgs=compute_wgs,
-                 group_m=group_m, parts_sum=parts_sum, k_groups=k_groups)
+                 group_m=group_m, parts_sum=parts_sum, k_groups=k_groups,
+                 wgmma_halves=wgmma_halves)
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
     return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
@@ -1003,7 +1005,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
 def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
                  blocks_per_step: int, programs: int | None, compute_wgs: int, group_m: int,
                  parts_sum: str, step_blocks: tuple[int, ...] = (1, 2),
-                 k_groups: int = 1) -> None:
+                 k_groups: int = 1, wgmma_halves: bool = False) -> None:
     """The launch settings of fp8_block_a16_matmul_mgpu (see there) for an (M, N, K) problem,
     or a ValueError naming the one that is wrong. step_blocks: the K-blocks a pipeline step may
     hold (group_a16_mgpu's 4-bit codes: also 4)."""
@@ -1025,6 +1027,9 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
     if not (isinstance(k_parts, int) and k_parts >= 1 and (k // BLOCK // k_splits) % k_parts == 0):
         raise ValueError(f"k_parts must be a positive int dividing the K-blocks of a K range "
                          f"({k // BLOCK // k_splits}), got {k_parts!r}")
+    if wgmma_halves and blocks_per_step != 1:
+        raise ValueError(f"wgmma_halves splits one K-block a step; got blocks_per_step="
+                         f"{blocks_per_step}")
     if k_groups not in (1, 2) or (k_splits * k_parts) % k_groups:
         raise ValueError(f"k_groups must be 1 or 2 and divide the {k_splits * k_parts} K "
                          f"parts (k_splits x k_parts), got {k_groups!r}")

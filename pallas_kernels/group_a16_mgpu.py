@@ -100,9 +100,7 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     where its steps can hold 4 (step_unit: a part's K-blocks, or streamed parts' tile K and
     CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
-                      w_bits=FORMATS[fmt].bits)
-    if FORMATS[fmt].elem == "e2m1":  # (MXFP8's e4m3 codes keep launch_params' wgmma_halves)
-        p.pop("wgmma_halves", None)
+                      w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3")
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
@@ -178,14 +176,12 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                  k_parts=params["k_parts"], blocks_per_step=params.get("blocks_per_step", 1),
                  programs=params.get("programs"), compute_wgs=params.get("compute_wgs", 2),
                  group_m=params["group_m"], parts_sum=params.get("parts_sum", "cond"),
-                 step_blocks=(1, 2, 4), k_groups=params.get("k_groups", 1))
+                 step_blocks=(1, 2, 4), k_groups=params.get("k_groups", 1),
+                 wgmma_halves=params.get("wgmma_halves", False))
     a_load = params.get("a_load", "wgmma")
     if a_load not in GROUP_A_LOADS or (a_load == "words" and f.elem != "e2m1"):
         raise ValueError(f"a_load must be one of {GROUP_A_LOADS} ('words': e2m1 codes only), "
                          f"got {a_load!r} for {fmt}")
-    if params.get("wgmma_halves") and params.get("blocks_per_step", 1) != 1:
-        raise ValueError("wgmma_halves splits one K-block a step; got blocks_per_step="
-                         f"{params['blocks_per_step']}")
     if params["a_in_registers"] == bool(interpret):
         raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
                          "shared memory in the interpreter; a_in_registers must be "
