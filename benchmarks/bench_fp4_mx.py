@@ -18,6 +18,7 @@ the same process), adding what the group-scaled kernels need to be judged:
     ends, K = 7168, beside one block a step), detstream (deterministic streamed parts where
     det_params keeps in-CTA parts), dethalves (a det order of two halves of K at M = 64 / 256),
     dethalvesdec (the group decode's wgmma_halves in deterministic launches, M = 256 / 4096),
+    detpredecode (deterministic launches on codes decoded to bf16 first, M = 1024 / 4096),
     detranges (deterministic K ranges with stored parts at
     M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
@@ -317,11 +318,11 @@ def det_stream_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
-def _beside_det(tag: str, adjust) -> list[bench.Op]:
-    """bf16, then for NVFP4 and MXFP8 weight-only: the dispatcher in both modes and a
-    deterministic launch variant (adjust(params, n, k, m), named tag)."""
+def _beside_det(tag: str, adjust, formats=("nvfp4_a16", "mxfp8_a16")) -> list[bench.Op]:
+    """bf16, then for each weight-only format (NVFP4 and MXFP8 unless told): the dispatcher in
+    both modes and a deterministic launch variant (adjust(params, n, k, m), named tag)."""
     ops = [bench.bf16_op()]
-    for fmt in ("nvfp4_a16", "mxfp8_a16"):
+    for fmt in formats:
         ops += [_auto(fmt), _auto(fmt, det=True),
                 _mgpu_group_op(fmt, tag, deterministic=True, adjust=adjust)]
     return ops
@@ -410,6 +411,21 @@ def _det_halves_decode(p: dict, n: int, k: int, m: int) -> dict:
     in-CTA parts folded in registers at 128-row x tiles, one K-block a step)."""
     from pallas_kernels.fp8_block_a16_mgpu import halves_pay
     return {**p, "wgmma_halves": True} if halves_pay(p) else p
+
+
+def _det_predecoded(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch on codes decoded to bf16 first (predecode, session 17; the
+    launch's halves, a register conversion, dropped)."""
+    return {**{key: v for key, v in p.items() if key != "wgmma_halves"}, "predecode": True}
+
+
+def det_predecode_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode on predecoded codes beside its decoding launch, at prefill sizes where
+    default mode runs the dense path. Prediction (NOTES session 17): det/default at M=4096
+    from 1.40-1.65x to ~1.1x (the same decode pass as dense, then bf16 MMAs from shared
+    memory in det's K order instead of cuBLAS's)."""
+    del k, n
+    return _beside_det("det-predecode", _det_predecoded, ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
 
 
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
@@ -542,6 +558,8 @@ def main(argv=None) -> int:
             plan.append((PARK_SHAPES, (256, 4096), det_park_ops))
         elif part == "dethalvesdec":  # the group decode's wgmma_halves (session 16)
             plan.append((PARK_SHAPES, (256, 4096), det_group_halves_ops))
+        elif part == "detpredecode":  # deterministic mode on predecoded codes (session 17)
+            plan.append((PARK_SHAPES, (1024, 4096), det_predecode_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

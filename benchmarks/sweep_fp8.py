@@ -175,6 +175,21 @@ def _mgpu_block_op(blocks: int, group_m: int = 1, programs: int | None = None) -
     return bench.Op(f"mgpu_block{blocks}_g{group_m}{tag}", "fp8_block", "default", fn)
 
 
+def _with_halves(params: dict) -> dict:
+    """wgmma_halves where the launch runs one K-block a step (session 16)."""
+    return {**params, "wgmma_halves": True} if params.get("blocks_per_step", 1) == 1 else params
+
+
+def _predecoded(params: dict) -> dict:
+    """The weights decoded to bf16 first, wgmma reading them from shared memory (session 17);
+    the launch's halves (a register conversion) dropped."""
+    return {**{key: v for key, v in params.items() if key != "wgmma_halves"}, "predecode": True}
+
+
+# suffixes of _mgpu_a16_op's string launches: the same launch with these weight reads
+READ_OPTIONS = {"_h": _with_halves, "_pd": _predecoded}
+
+
 def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None) -> bench.Op:
     """fmt (fp8_block_a16 / fp8_per_channel_a16) through the Mosaic GPU W8A16 kernel
     (pallas_kernels.fp8_block_a16_mgpu), weights converted into registers or shared memory.
@@ -197,9 +212,10 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     interpret = jax.default_backend() == "cpu"
     kind = _W_KIND[formats.get(fmt).weight.granularity]
 
-    # "<small>_h": the same launch with wgmma_halves where it runs one K-block a step (s16)
-    halves = isinstance(small, str) and small.endswith("_h")
-    base = small[:-2] if halves else small
+    # "<small><suffix>": the same launch with a weight-reading option (READ_OPTIONS)
+    option = next((o for o in READ_OPTIONS if isinstance(small, str) and small.endswith(o)),
+                  None)
+    base = small[:-len(option)] if option else small
 
     def fn(x, qw):
         (n, k), m = qw.storage_shape, x.shape[0]
@@ -249,8 +265,8 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
                         interpret=interpret, scales=scales, finish=lambda t: t,
                         **{"k_splits": 1, "k_parts": 1, **params})
             return qw.trim_rows(y)
-        if halves and params.get("blocks_per_step", 1) == 1:
-            params["wgmma_halves"] = True
+        if option:
+            params = READ_OPTIONS[option](params)
         y = fp8_block_a16_matmul_mgpu(pad_k(x, k), qw.data, qw.scale, scale_kind=kind,
                                       interpret=interpret, **params)
         return qw.trim_rows(y)
@@ -495,6 +511,20 @@ def main(argv=None) -> int:
                      None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
                                              ("llama3-8b", 14336, 4096),
                                              ("deepseek-v3", 18432, 7168),
+                                             ("llama3-70b", 28672, 8192)])
+    if "predecode" in parts:  # the weights decoded to bf16 first, wgmma's A from smem (s17)
+        # prediction (NOTES.md session 17): at M >= 1024 a weight tile is converted once per
+        # x tile (32 times at M=4096); decoded once by XLA (~3 bytes a weight moved: ~60 us on
+        # 8192x8192, 6% of the product) the kernel runs bf16 MMAs from shared memory with no
+        # weight registers -- no halves, no spills: det 1.11-1.22x -> ~1.0x of today's
+        # default, and default's one range itself 10-20% faster
+        a16_launches(("auto", "auto_pd", "det", "det_pd"), (1024, 4096), ("det", "det_pd"))
+    if "predecode_m" in parts:  # the same at M = 2048 / 16384, 6 shapes (where it starts)
+        a16_launches(("auto", "auto_pd", "det", "det_pd"), (2048, 16384), ("det", "det_pd"),
+                     None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),
+                                             ("llama3-8b", 14336, 4096),
+                                             ("llama3-70b", 8192, 57344),
+                                             ("deepseek-v3", 7168, 24576),
                                              ("llama3-70b", 28672, 8192)])
     if "det_straddle" in parts:  # steps across K parts' ends (session 14)
         # prediction: K=7168 det at M=1/16 from one K-block a step (parts of 7) to two: det/default

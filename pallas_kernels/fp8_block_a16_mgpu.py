@@ -73,7 +73,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
            "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
-           "launch_params", "stream_params", "stream_programs", "blocks_per_step",
+           "launch_params", "check_predecode", "stream_params", "stream_programs", "blocks_per_step",
            "with_two_block_steps", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
@@ -126,6 +126,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     x_tiles = swizzled(x_gmem.dtype)
     # wgmma_halves reads half a K-block's codes at a time: whole swizzle atoms of half the width
     wgmma_halves = wgmma_halves and a_in_registers
+    # converted weights stored to shared memory for wgmma (the interpreter); a_load="smem"'s
+    # decoded weights are wgmma's A operand where the pipeline put them
+    a_copy = not a_in_registers and a_load != "smem"
     w_tiles = swizzled(w_gmem.dtype, HALF if wgmma_halves else BLOCK)
     if scales == "groups":
         fmt = GROUP_FORMATS[group_fmt]
@@ -231,14 +234,16 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                             w = permute_cols(w, "halves")
                     else:
                         w = decoded(cols, off)
+                elif a_load == "smem":  # decoded bf16 weights: wgmma's A from shared memory
+                    w = w_smem.at[rows, cols]
                 elif a_load == "wgmma":  # pairs of 8-bit values: 32 16-bit loads per thread
                     w = w_smem[rows, cols]
                 else:  # relabel_4x: 8 64-bit loads per thread, K permuted (mgpu_relabel)
                     w = relabel(plgpu.load(w_smem.at[rows, cols],
                                            layout=plgpu.Layout.WGMMA_UPCAST_4X))
-                if scales != "groups":
+                if scales != "groups" and a_load != "smem":
                     w = (w.astype(F32) if w.dtype == E4M3 else w).astype(x_gmem.dtype)
-                if not a_in_registers:  # (the interpreter's wgmma reads A from shared memory)
+                if a_copy:  # (the interpreter's wgmma reads A from shared memory)
                     a_smem[wg * blocks + j] = w
                     plgpu.commit_smem()
                     w = a_smem.at[wg * blocks + j]
@@ -246,8 +251,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             t = total
             for j, acc in enumerate(accs):  # in K order: block j while later ones still run
                 part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
-                # (group scales are in the weights already)
-                part = part if scales == "groups" else part * scale(j, part.shape)
+                # (group scales are in the weights already; "none": decoded weights)
+                part = part if scales in ("groups", "none") else part * scale(j, part.shape)
                 if closes is None:
                     t = t + part
                     continue
@@ -381,7 +386,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                                        allocations=allocs)
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
-    scratch = {} if a_in_registers else dict(
+    scratch = {} if not a_copy else dict(
         a_smem=plgpu.SMEM((wgs * blocks, WG_ROWS, BLOCK), x_gmem.dtype, transforms=x_tiles))
     if scales in ("block", "channel"):
         scratch.update(ws_tile=plgpu.SMEM(_tile_scales(scales, tile_rows, k,
@@ -896,6 +901,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               a_load: str = "wgmma", parts_sum: str = "cond",
                               programs: int | None = None, k_groups: int = 1,
                               wgmma_halves: bool = False, a_in_registers: bool = True,
+                              predecode: bool = False,
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -969,6 +975,12 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       interpreter's shared-memory operands run the block whole.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
+    predecode: the weights converted to bf16 by one XLA pass first (exact: 2 bytes a weight
+    written, then streamed instead of 1), wgmma's A operand then read straight from the
+    pipeline's shared memory -- no conversion, no weight registers (a_in_registers does not
+    apply). The same values in the same wgmma chain, so the same sums at every launch
+    (test_gpu_predecoded_weights_give_the_same_bits); for prefill sizes, where each weight
+    tile is converted once per x tile (PREDECODE_MIN_M).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters."""
     m, k = x.shape
     n = w.shape[0]
@@ -983,6 +995,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
     if wgmma_halves and a_load != "wgmma":
         raise ValueError(f"wgmma_halves reads the weights with a_load='wgmma', got {a_load!r}")
+    check_predecode(predecode, a_load, wgmma_halves, ("wgmma",))
     scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
     if scale_kind not in scale_shape:
         raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
@@ -994,12 +1007,26 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                  group_m=group_m, parts_sum=parts_sum, k_groups=k_groups,
                  wgmma_halves=wgmma_halves)
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
+    if predecode:
+        w, a_load = w.astype(x.dtype), "smem"  # exact: every e4m3 value is a bf16 / f16 one
     return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
                    parts_sum=parts_sum, scales=scales, programs=programs, k_groups=k_groups,
                    wgmma_halves=wgmma_halves, a_in_registers=a_in_registers,
                    interpret=interpret)
+
+
+def check_predecode(predecode: bool, a_load: str, wgmma_halves: bool,
+                    loads: tuple[str, ...]) -> None:
+    """predecode (bool) with the other weight-reading settings: the decoded weights are read
+    by wgmma itself, so neither the halves' register conversion nor a load other than `loads`
+    (those whose K order the decoded weights can take) applies."""
+    if not isinstance(predecode, bool):
+        raise ValueError(f"predecode must be a bool, got {predecode!r}")
+    if predecode and (a_load not in loads or wgmma_halves):
+        raise ValueError(f"predecode reads decoded weights from shared memory: it takes neither "
+                         f"a_load={a_load!r} nor wgmma_halves={wgmma_halves}")
 
 
 def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
@@ -1091,12 +1118,14 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             parts_sum: str = "cond", scales: str = "rows",
             programs: int | None = None, finish=None,
             group_fmt: str | None = None, k_groups: int = 1,
-            wgmma_halves: bool = False) -> jax.Array:
+            wgmma_halves: bool = False, k_perm: str | None = None) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
     ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
-    K/group) viewed uint8); w e4m3, or int4 (e2m1 codes with scales="groups", or
-    benchmarks/probe_w4_mgpu.py's 4-bit weight stream). finish: applied to the float32 sums
-    (N, M) before the transpose and the rounding to out_dtype (the kernel then writes float32)."""
+    K/group) viewed uint8; "none": not read); w e4m3, or int4 (e2m1 codes with
+    scales="groups", or benchmarks/probe_w4_mgpu.py's 4-bit weight stream), or bf16 decoded
+    weights with a_load="smem" (predecoded). finish: applied to the float32 sums (N, M) before
+    the transpose and the rounding to out_dtype (the kernel then writes float32). k_perm: x's
+    K-blocks permuted so (mgpu_relabel.permute_k), as the decoded weights' were."""
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
@@ -1108,6 +1137,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     elif a_load == "words":  # e2m1 codes (checked by group_a16_matmul_mgpu, the one caller
         # that may ask for them); the kernel permutes in both modes
         x = permute_k(x, "halves")
+    if k_perm is not None:  # decoded weights whose K-blocks came permuted (decode_words')
+        x = permute_k(x, k_perm)
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes
     narrow = block_m * out_dtype.itemsize < 32
@@ -1125,7 +1156,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         slabs = k_splits * (k_parts if parts_sum == "store" else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
                   or parked else out_dtype)
-    stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize, a_in_registers,
+    stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize,
+                     a_in_registers or a_load == "smem",
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
                      dtypes.itemsize_bits(w.dtype),
                      GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0)

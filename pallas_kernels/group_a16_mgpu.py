@@ -33,10 +33,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_launch,
-                                 group_tile_blocks, launch_params, step_unit,
+                                 check_predecode, group_tile_blocks, launch_params, step_unit,
                                  stream_programs)
 from .fp8_heuristics import num_sms
-from .mgpu_group_decode import FORMATS, Format
+from .mgpu_group_decode import FORMATS, Format, predecode_weights
+from .mgpu_relabel import permute_k
 
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
            "group_a16_matmul_mgpu", "group_launch_params", "with_blocks_per_step", "k_multiple",
@@ -48,7 +49,7 @@ N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
 PARTITION = {"block_m", "k_splits", "k_parts", "programs", "blocks_per_step", "parts_sum",
              "k_groups"}
 _SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs", "a_load",
-                         "wgmma_halves"}
+                         "wgmma_halves", "predecode"}
 
 
 def k_multiple(fmt: str) -> int:
@@ -182,6 +183,10 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     if a_load not in GROUP_A_LOADS or (a_load == "words" and f.elem != "e2m1"):
         raise ValueError(f"a_load must be one of {GROUP_A_LOADS} ('words': e2m1 codes only), "
                          f"got {a_load!r} for {fmt}")
+    predecode = params.pop("predecode", False)
+    if predecode and "wgmma_halves" not in overrides:  # (launch_params' choice for the decode)
+        params.pop("wgmma_halves", None)
+    check_predecode(predecode, a_load, params.get("wgmma_halves", False), GROUP_A_LOADS)
     if params["a_in_registers"] == bool(interpret):
         raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
                          "shared memory in the interpreter; a_in_registers must be "
@@ -196,6 +201,13 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         if col is None:
             return yt
         return yt / col if post == "div" else yt * col
+    if predecode:  # the values decode() gives, K-blocks permuted as decode_words hands them
+        w_dec = predecode_weights(w, scales, f)
+        perm = "halves" if a_load == "words" else None
+        params.update(a_load="smem", k_perm=perm)
+        return _launch(x, w_dec if perm is None else permute_k(w_dec, perm),
+                       jnp.zeros((1, 1), jnp.float32), out_dtype=jnp.dtype(out_dtype or x.dtype),
+                       interpret=interpret, scales="none", finish=finish, **params)
     return _launch(x, codes, scales, out_dtype=jnp.dtype(out_dtype or x.dtype),
                    interpret=interpret, scales="groups", group_fmt=fmt, finish=finish,
                    **params)

@@ -53,7 +53,7 @@ from .mx_decode import BF16X2_2_POW_126, e8m0_to_f32, expand_groups
 
 __all__ = ["Format", "FORMATS", "E2M1_VALUES", "register_map", "word_register_map",
            "nibble_patterns", "word_patterns", "decode_jnp", "decode", "decode_words",
-           "scale_splat_values"]
+           "predecode_weights", "scale_splat_values"]
 
 
 class Format(NamedTuple):
@@ -171,6 +171,22 @@ def decode_jnp(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
          if fmt.scale == "e4m3" else e8m0_to_f32(scales))
     s = expand_groups(s, fmt.group)
     return (v * s * (1.0 / fmt.post_factor)).astype(jnp.bfloat16)
+
+
+def predecode_weights(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
+    """The whole weight as decode_jnp decodes a K-block -- bf16 (N, K) = code * scale /
+    fmt.post_factor -- by XLA (group_a16_mgpu's predecode): e2m1 codes packed as stored (uint8
+    (N, K/2), low nibble first) through ml_dtypes' float4 conversion rather than
+    decode_jnp's arithmetic (3x slower here: it must also run inside a kernel); e4m3 (N, K).
+    scales uint8 (N, K/group)."""
+    n = w.shape[0]
+    if fmt.elem == "e2m1":  # (N, K/2, 2): [low, high], K order
+        v = lax.bitcast_convert_type(w, jnp.float4_e2m1fn).reshape(n, -1).astype(jnp.float32)
+    else:
+        v = w.astype(jnp.float32)
+    s = (lax.bitcast_convert_type(scales, jnp.float8_e4m3fn).astype(jnp.float32)
+         if fmt.scale == "e4m3" else e8m0_to_f32(scales))
+    return (v * expand_groups(s, fmt.group) * (1.0 / fmt.post_factor)).astype(jnp.bfloat16)
 
 
 _NVFP4_SCALES_PTX = """{

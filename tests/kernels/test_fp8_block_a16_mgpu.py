@@ -938,3 +938,62 @@ def test_gpu_stream_k_matches_float64(rng, kind, m, n, k):
     y = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind,
                                                      out_dtype=jnp.float32, **p))(x, w, ws)
     _check(y, x, w, ws, jnp.float32)
+
+
+# -- predecode (session 17): the weights decoded to bf16 first, wgmma's A from shared memory --
+
+@pytest.mark.parametrize("m,params", [(5, dict(block_m=8)), (9, dict(block_m=16, k_parts=4)),
+                                      (9, dict(block_m=16, k_parts=4, k_groups=2)),
+                                      (3, dict(block_m=8, k_splits=2, k_parts=2))])
+def test_interpreter_predecoded_weights_give_the_same_bits(rng, m, params):
+    """Decoded bf16 weights read by wgmma from the pipeline's shared memory: the same values
+    in the same chain, so bitwise the converted weights' sums (block scales here; channel and
+    tensor scales on the GPU)."""
+    _option_keeps_the_bits(rng, m, "predecode", (False, True), params, interpret=True)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(predecode=True, wgmma_halves=True), "predecode reads decoded weights from shared "
+                                              "memory: it takes neither a_load='wgmma' nor "
+                                              "wgmma_halves=True"),
+    (dict(predecode=True, a_load="relabel_4x"), "it takes neither a_load='relabel_4x'"),
+    (dict(predecode=1), "predecode must be a bool, got 1")])
+def test_predecode_refuses_the_register_reads(rng, kw, match):
+    x, w, ws = _operands(rng, 8, 256, 1024)
+    with pytest.raises(ValueError, match=match):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, interpret=True, a_in_registers=False,
+                                  **kw)
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 8192, 8192), (1024, 28672, 8192)])
+def test_lowers_for_cuda_on_cpu_predecoded(m, n, k):
+    """The predecoded kernel (bf16 weight tiles: 2 pipeline stages beside the parked float32
+    output) lowers for CUDA at deterministic mode's launches, with and without the park."""
+    p = {key: v for key, v in launch_params(m, n, k, False, deterministic=True).items()
+         if key != "wgmma_halves"}
+    x = jnp.ones((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, predecode=True, **p))
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(1024, {}), (1024, dict(k_parts=8)),
+                                      (1024, dict(k_parts=8, k_groups=2)),
+                                      (300, dict(k_splits=2, k_parts=4, k_groups=2)),
+                                      (64, dict(block_m=64, k_parts=4)),
+                                      (16, dict(block_m=16, k_parts=8, programs=40,
+                                                parts_sum="store"))])
+def test_gpu_predecoded_weights_give_the_same_bits(rng, m, params):
+    """The gate for predecode on the GPU: wgmma's A operand from shared memory (decoded bf16)
+    gives bitwise the sums of the weights converted in registers, at every launch form, for
+    block, channel and tensor scales."""
+    _option_keeps_the_bits(rng, m, "predecode", (False, True), params, interpret=False)
+    n, k = 2560, 7168
+    for kind in ("channel", "tensor"):
+        x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
+        ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
+            *a, scale_kind=kind, out_dtype=jnp.float32, predecode=v, **params))(x, w, ws))
+            for v in (False, True)]
+        np.testing.assert_array_equal(ys[1], ys[0])

@@ -15,7 +15,7 @@ from pallas_kernels.fp8_block_a16_mgpu import launch_params
 from pallas_kernels.group_a16_mgpu import (group_a16_matmul_mgpu, group_launch_params,
                                            nvfp4_a16_matmul_mgpu)
 from pallas_kernels.mgpu_group_decode import (E2M1_VALUES, FORMATS, decode_jnp, nibble_patterns,
-                                              register_map, scale_splat_values,
+                                              predecode_weights, register_map, scale_splat_values,
                                               word_patterns, word_register_map)
 
 NVFP4 = FORMATS["nvfp4"]
@@ -82,6 +82,29 @@ def test_decode_jnp_is_the_float64_dequantization(rng):
     want = (E2M1_VALUES[codes].astype(np.float64)
             * np.repeat(scales.view(E4M3).astype(np.float64), 16, axis=1) / POST_FACTOR)
     np.testing.assert_array_equal(np.asarray(got, np.float64), want)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8"])
+def test_predecode_weights_are_decode_jnp_for_every_code_and_scale(rng, fmt):
+    """The predecode pass (XLA's float4 conversion) gives decode_jnp's bits (what the GPU
+    decode is tested against) for every code and every scale byte, the packed nibble order
+    included."""
+    f = FORMATS[fmt]
+    n, k = 256, 512
+    scale_bytes = (np.tile(FINITE_E4M3, -(-n * k // f.group // FINITE_E4M3.size))
+                   if f.scale == "e4m3" else np.tile(np.arange(256, dtype=np.uint8),
+                                                     -(-n * k // f.group // 256)))
+    scales = rng.permutation(scale_bytes[:n * k // f.group]).reshape(n, k // f.group)
+    if f.elem == "e2m1":
+        w = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+        codes = jax.lax.bitcast_convert_type(jnp.asarray(w), jnp.int4).reshape(n, k)
+    else:
+        w = rng.choice(FINITE_E4M3, (n, k)).view(E4M3)
+        codes = jnp.asarray(w)
+    want = decode_jnp(codes, jnp.asarray(scales), f)
+    got = predecode_weights(jnp.asarray(w), jnp.asarray(scales), f)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16),
+                                  np.asarray(want).view(np.uint16))
 
 
 def _operands(rng, m, n, k):
@@ -641,3 +664,51 @@ def test_gpu_group_wgmma_halves_give_the_same_bits(rng, fmt, a_load, m, launch):
                      for h in (False, True))
     np.testing.assert_array_equal(halves, whole)
     _check(halves, want)
+
+
+# -- predecode (session 17): codes decoded to bf16 by XLA, wgmma's A from shared memory --
+
+@pytest.mark.parametrize("fmt,a_load", [("nvfp4", "wgmma"), ("nvfp4", "words"),
+                                        ("mxfp4", "words"), ("mxfp8", "wgmma")])
+@pytest.mark.parametrize("m,launch", [(5, dict(block_m=8, k_parts=4, k_groups=2)),
+                                      (9, dict(block_m=16, k_splits=2, blocks_per_step=1))])
+def test_interpreter_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
+    """decode_jnp's values (K-blocks permuted as the words hand them over, x alike) in the
+    decoding kernel's wgmma chain: bitwise its sums, within the float32 reference's bound."""
+    n, k = 256, 2048
+    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
+    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
+    codes, decoded = (np.asarray(group_a16_matmul_mgpu(
+        fmt, *args, **kw, a_load=a_load, interpret=True, a_in_registers=False, predecode=p,
+        out_dtype=jnp.float32, **launch)) for p in (False, True))
+    np.testing.assert_array_equal(decoded, codes)
+    _check(decoded, want)
+
+
+def test_group_predecode_refuses_the_halves(rng):
+    x, packed, scale, col = _operands(rng, 8, 256, 2048)
+    with pytest.raises(ValueError, match="it takes neither a_load='wgmma' nor "
+                                         "wgmma_halves=True"):
+        nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
+                              jnp.asarray(col), post="div", interpret=True,
+                              a_in_registers=False, block_m=16, predecode=True,
+                              wgmma_halves=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,a_load", [("nvfp4", "wgmma"), ("nvfp4", "words"),
+                                        ("mxfp4", "words"), ("mxfp8", "wgmma")])
+@pytest.mark.parametrize("m,launch", [(1024, dict(k_parts=8, k_groups=2)),
+                                      (1024, dict(k_parts=8)), (300, {}),
+                                      (5, dict(block_m=16, k_splits=2))])
+def test_gpu_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
+    """The gate for predecode in the group formats: the PTX decode's values and decode_jnp's
+    are the same bf16 numbers, and wgmma sums them the same from registers or shared memory."""
+    n, k = 2560, 7168
+    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
+    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
+    codes, decoded = (np.asarray(group_a16_matmul_mgpu(fmt, *args, **kw, a_load=a_load,
+                                                       predecode=p, **launch))
+                      for p in (False, True))
+    np.testing.assert_array_equal(decoded, codes)
+    _check(decoded, want)
