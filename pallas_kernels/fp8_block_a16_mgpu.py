@@ -73,7 +73,7 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
            "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
-           "launch_params", "check_predecode", "stream_params", "stream_programs", "blocks_per_step",
+           "launch_params", "check_predecode", "PREDECODE_MIN_M", "stream_params", "stream_programs", "blocks_per_step",
            "with_two_block_steps", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
@@ -770,7 +770,7 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
                   deterministic: bool = False, compute_wgs: int = 2, w_bits: float = 8,
-                  halves: bool = True) -> dict:
+                  halves: bool = True, predecode: bool = True) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
@@ -779,7 +779,9 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     M=1 and 16: -1 to +4% for fp8 weights, +7-15% for a 4-bit stream; at 128-row tiles only
     one stage of two blocks fits: 0.37x). compute_wgs: warpgroups per CTA for the tile count
     (the dispatcher: 2). halves: whether the weights' decode takes wgmma_halves where
-    halves_pay says (group_a16_mgpu: not for e2m1 codes)."""
+    halves_pay says (group_a16_mgpu: not for e2m1 codes). predecode: whether it takes the
+    predecoded weights from PREDECODE_MIN_M rows on (then never the halves: they are a
+    register conversion; group_a16_mgpu: the formats of PREDECODE_FORMATS)."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
             DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret,
@@ -787,9 +789,24 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     small = with_two_block_steps(small, n, k)
-    if halves and not interpret and halves_pay(small):
+    if predecode and m >= PREDECODE_MIN_M:
+        small = {**small, "predecode": True}
+    elif halves and not interpret and halves_pay(small):
         small = {**small, "wgmma_halves": True}
     return dict(a_in_registers=not interpret, **small)
+
+
+# The weights decoded to bf16 by one XLA pass, wgmma reading them from shared memory
+# (predecode), from this many rows of x on, in both modes -- bitwise the converted weights'
+# sums (test_gpu_predecoded_weights_give_the_same_bits), so M may choose it. At prefill sizes
+# the kernel converts each weight tile once per x tile (32 times at M=4096) inside its
+# MMA-bound loop; the pass moves ~3 bytes a weight once. H200, session 17 (sweep_fp8.py
+# --parts predecode,predecode_m, fp8_block_a16, same runs), time with / without: default
+# mode's launch M=1024 1.06-1.27 (11 shapes), 2048 1.01-1.11 (6), 4096 0.86-0.99 (11),
+# 16384 0.84-0.93 (6); deterministic mode's M=4096 0.76-1.05 (N > 16384: 0.76-0.80; the
+# parked launches of N <= 16384, two pipeline stages of bf16 tiles: 0.92-1.05), 16384
+# 0.77-0.96.
+PREDECODE_MIN_M = 4096
 
 
 # In-CTA parts folded in registers (parts_sum="cond", not streamed) hold three float32

@@ -42,7 +42,7 @@ from .mgpu_relabel import permute_k
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
            "group_a16_matmul_mgpu", "group_launch_params", "with_blocks_per_step", "k_multiple",
            "supports",
-           "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS"]
+           "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS", "PREDECODE_FORMATS"]
 
 N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
 # launch settings that describe how K and the tiles are cut (overriding any replaces them all)
@@ -91,6 +91,15 @@ WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
 # M=4096 1.63-1.70x -> 1.49-1.56x, at M=256 1.12-1.17x -> 1.03-1.11x; NVFP4 slower with them
 # (M=4096 1.38-1.48x -> 1.44-1.54x, M=256 +3-11%): its e2m1 decode is the bound, and a half
 # converts its groups' scales again.
+# Deterministic mode's predecode (fp8_block_a16_mgpu.PREDECODE_MIN_M: codes decoded to bf16
+# by XLA, predecode_weights, then wgmma from shared memory) for these formats. H200, session 17
+# (bench_fp4_mx.py --parts detpredecode, 4 shapes, same run), time with / without at M=4096:
+# MXFP4 0.90-1.02, MXFP8 0.97-1.00, NVFP4 0.98-1.09 (its in-register decode of 4.5 bits a
+# weight costs less than streaming 16); at M=1024 all three 1.14-1.48. Default mode runs the
+# dense path from mx_dense.DENSE_MIN_M rows, so it never meets the rule.
+PREDECODE_FORMATS = ("mxfp4", "mxfp8")
+
+
 def group_launch_params(m: int, n: int, k: int, interpret: bool,
                         deterministic: bool = False, fmt: str = "nvfp4") -> dict:
     """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
@@ -101,7 +110,8 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     where its steps can hold 4 (step_unit: a part's K-blocks, or streamed parts' tile K and
     CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
-                      w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3")
+                      w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3",
+                      predecode=deterministic and fmt in PREDECODE_FORMATS)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16

@@ -9,8 +9,10 @@ format's own quantized activations:
 Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for bf16 MMAs
 with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
 activation) and N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
-session 12: the codes decoded in registers) runs in default mode up to M = 256 and in
-deterministic mode at every M; otherwise the Triton kernel (mx_core). In default mode from
+session 12: the codes decoded in registers; MX formats in deterministic mode from
+PREDECODE_MIN_M rows on decoded to exact bf16 by one XLA pass first, session 17) runs in
+default mode up to M = 256 and in deterministic mode at every M; otherwise the Triton kernel
+(mx_core). In default mode from
 M = 1024 (prefill) the weight is instead dequantized exactly to bf16 in one XLA pass and
 multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, float32
 accumulation, measured faster there. pallas_kernels.fp4_matmul.mgpu_path is the rule.
@@ -155,8 +157,10 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                  deterministic=deterministic, config=None, path=None,
                  interpret=False) == "mgpu":
         from pallas_kernels.group_a16_mgpu import group_launch_params
-        return {"path": "mgpu (Mosaic GPU, codes decoded in registers)",
-                **group_launch_params(m, n, k, False, deterministic=deterministic, fmt=fmt)}
+        params = group_launch_params(m, n, k, False, deterministic=deterministic, fmt=fmt)
+        how = ("codes decoded to exact bf16 by one XLA pass, wgmma reading them from shared "
+               "memory" if params.get("predecode") else "codes decoded in registers")
+        return {"path": f"mgpu (Mosaic GPU, {how})", **params}
     if path_for(m, deterministic, None, None) == "dense":
         return {"path": "dense (exact bf16 dequantization + XLA dot)"}
     name = (NVFP4_KERNEL if wk.scale_dtype == "float8_e4m3fn" else

@@ -126,10 +126,12 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     if path == "mgpu":
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
-        launch = ", ".join(f"{key}={v}" for key, v in
-                           mgpu_launch_params(weight_only, m, n, k, interpret,
-                                              deterministic).items())
-        return {"path": f"mgpu (Mosaic GPU wgmma {what} kernel, 128-row weight tiles, {launch})"}
+        params = mgpu_launch_params(weight_only, m, n, k, interpret, deterministic)
+        launch = ", ".join(f"{key}={v}" for key, v in params.items())
+        read = ("; the e4m3 weights converted to bf16 by one XLA pass first (exact), wgmma "
+                "reading them from shared memory" if params.get("predecode") else "")
+        return {"path": f"mgpu (Mosaic GPU wgmma {what} kernel, 128-row weight tiles, "
+                        f"{launch}{read})"}
     if kernel == W8A16.name:
         cfg = w8a16_config(m, n, k, scale_kind=w_kind, x_dtype=x_dtype,
                            deterministic=deterministic)

@@ -18,12 +18,13 @@ from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_GROUPS_MA
                                                 _launch, check_launch,
                                                 _scale_operand, decode_params, det_params,
                                                 det_stream_params,
-                                                fp8_block_a16_matmul_mgpu, halves_pay,
+                                                PREDECODE_MIN_M, fp8_block_a16_matmul_mgpu,
+                                                halves_pay,
                                                 launch_params, range_params, stream_params,
                                                 stream_programs, stream_slabs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
-from pallas_kernels.group_a16_mgpu import group_launch_params
+from pallas_kernels.group_a16_mgpu import PREDECODE_FORMATS, group_launch_params
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
 ACC_RTOL = 1e-5
@@ -672,12 +673,12 @@ def test_det_params_narrow_x_tiles_within_the_waves():
 
 def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monkeypatch):
     """On the GPU, deterministic in-CTA parts folded in registers at 128-row x tiles (M=256 /
-    4096; also the two ranges of a two-group order) take wgmma_halves; decode launches,
-    default mode, stored or streamed parts and the interpreter never do; of the group formats
-    only MXFP8 (e4m3 codes)."""
+    1024, below PREDECODE_MIN_M; also the two ranges of a two-group order) take wgmma_halves;
+    decode launches, default mode, stored or streamed parts and the interpreter never do; of
+    the group formats only MXFP8 (e4m3 codes)."""
     monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
-    for m, n, k in ((4096, 8192, 8192), (256, 8192, 8192), (256, 4096, 14336),
-                    (4096, 57344, 8192)):
+    for m, n, k in ((1024, 8192, 8192), (256, 8192, 8192), (256, 4096, 14336),
+                    (1024, 57344, 8192)):
         p = launch_params(m, n, k, False, deterministic=True)
         assert p.get("wgmma_halves") and p["block_m"] == 128 and p["k_parts"] > 1, p
         assert "wgmma_halves" not in launch_params(m, n, k, True, deterministic=True)
@@ -692,6 +693,26 @@ def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monke
     assert not halves_pay(dict(block_m=128, k_splits=2, k_parts=4, parts_sum="store"))
     assert not halves_pay(dict(block_m=64, k_parts=8))
     assert halves_pay(dict(block_m=128, k_splits=2, k_parts=4, k_groups=2))
+
+
+def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
+    """From PREDECODE_MIN_M rows fp8 weights are predecoded in both modes (never with the
+    halves); the group formats only in deterministic mode and only those of
+    PREDECODE_FORMATS -- NVFP4 keeps its register decode."""
+    monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
+    for n, k in ((8192, 8192), (57344, 8192), (4096, 14336)):
+        for det in (False, True):
+            for interpret in (False, True):
+                p = launch_params(PREDECODE_MIN_M, n, k, interpret, deterministic=det)
+                assert p.get("predecode") and "wgmma_halves" not in p, p
+            assert "predecode" not in launch_params(PREDECODE_MIN_M // 2, n, k, False,
+                                                    deterministic=det)
+        for fmt in ("nvfp4", "mxfp4", "mxfp8"):
+            det = group_launch_params(PREDECODE_MIN_M, n, k, False, deterministic=True, fmt=fmt)
+            assert det.get("predecode", False) == (fmt in PREDECODE_FORMATS), (fmt, det)
+            assert "wgmma_halves" not in det or fmt not in PREDECODE_FORMATS
+            assert "predecode" not in group_launch_params(PREDECODE_MIN_M, n, k, False, fmt=fmt)
+    assert PREDECODE_FORMATS == ("mxfp4", "mxfp8")
 
 
 def test_det_params_launch_follows_m_but_not_the_k_order():
@@ -969,12 +990,12 @@ def test_predecode_refuses_the_register_reads(rng, kw, match):
 def test_lowers_for_cuda_on_cpu_predecoded(m, n, k):
     """The predecoded kernel (bf16 weight tiles: 2 pipeline stages beside the parked float32
     output) lowers for CUDA at deterministic mode's launches, with and without the park."""
-    p = {key: v for key, v in launch_params(m, n, k, False, deterministic=True).items()
-         if key != "wgmma_halves"}
+    p = {**{key: v for key, v in launch_params(m, n, k, False, deterministic=True).items()
+            if key != "wgmma_halves"}, "predecode": True}
     x = jnp.ones((m, k), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
     ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
-    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, predecode=True, **p))
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **p))
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
