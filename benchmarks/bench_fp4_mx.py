@@ -19,6 +19,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     det_params keeps in-CTA parts), dethalves (a det order of two halves of K at M = 64 / 256),
     dethalvesdec (the group decode's wgmma_halves in deterministic launches, M = 256 / 4096),
     detpredecode (deterministic launches on codes decoded to bf16 first, M = 1024 / 4096),
+    detpredecodex64 (the same on 64-row x tiles, M = 4096), detgroupsstore (the same with a
+    CTA's two groups' sums stored to slabs, M = 4096),
     detranges (deterministic K ranges with stored parts at
     M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
@@ -428,6 +430,32 @@ def det_predecode_ops(k: int, n: int) -> list[bench.Op]:
     return _beside_det("det-predecode", _det_predecoded, ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
 
 
+def _det_predecoded_x64(p: dict, n: int, k: int, m: int) -> dict:
+    """_det_predecoded on 64-row x tiles (four pipeline stages beside the park)."""
+    return {**_det_predecoded(p, n, k, m), "block_m": 64}
+
+
+def det_predecode_x64_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode (the dispatcher's, MX predecoded) beside predecoded codes on 64-row
+    x tiles at M = 4096 (session 17; prediction as sweep_fp8.py's predecode_x64)."""
+    del k, n
+    return _beside_det("det-predecode-x64", _det_predecoded_x64,
+                       ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
+
+
+def _det_predecoded_stored(p: dict, n: int, k: int, m: int) -> dict:
+    """_det_predecoded with a CTA's two groups' sums stored to slabs (groups_sum="store")."""
+    return {**_det_predecoded(p, n, k, m), "groups_sum": "store"}
+
+
+def det_groups_store_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode beside predecoded codes with stored groups at M = 4096 (session 17;
+    prediction as sweep_fp8.py's groups_store)."""
+    del k, n
+    return _beside_det("det-predecode-gs", _det_predecoded_stored,
+                       ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -560,6 +588,10 @@ def main(argv=None) -> int:
             plan.append((PARK_SHAPES, (256, 4096), det_group_halves_ops))
         elif part == "detpredecode":  # deterministic mode on predecoded codes (session 17)
             plan.append((PARK_SHAPES, (1024, 4096), det_predecode_ops))
+        elif part == "detpredecodex64":  # the same on 64-row x tiles (session 17)
+            plan.append((PARK_SHAPES, (4096,), det_predecode_x64_ops))
+        elif part == "detgroupsstore":  # predecoded codes, stored groups (session 17)
+            plan.append((PARK_SHAPES, (4096,), det_groups_store_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

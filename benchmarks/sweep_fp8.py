@@ -186,8 +186,20 @@ def _predecoded(params: dict) -> dict:
     return {**{key: v for key, v in params.items() if key != "wgmma_halves"}, "predecode": True}
 
 
-# suffixes of _mgpu_a16_op's string launches: the same launch with these weight reads
-READ_OPTIONS = {"_h": _with_halves, "_pd": _predecoded}
+def _x_tile_64(params: dict) -> dict:
+    """The same launch on 64-row x tiles (session 17: predecoded parked launches, 4 stages)."""
+    return {**params, "block_m": 64}
+
+
+def _groups_stored(params: dict) -> dict:
+    """The same launch with a CTA's two groups' sums stored to slabs of their own
+    (groups_sum="store", session 17) where it holds both."""
+    return {**params, "groups_sum": "store"}
+
+
+# suffixes of _mgpu_a16_op's string launches: the same launch with these weight reads or tiles
+READ_OPTIONS = {"_h": _with_halves, "_pd": _predecoded, "_x64": _x_tile_64,
+                "_gs": _groups_stored}
 
 
 def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None) -> bench.Op:
@@ -519,6 +531,25 @@ def main(argv=None) -> int:
         # weight registers -- no halves, no spills: det 1.11-1.22x -> ~1.0x of today's
         # default, and default's one range itself 10-20% faster
         a16_launches(("auto", "auto_pd", "det", "det_pd"), (1024, 4096), ("det", "det_pd"))
+    if "predecode_x64" in parts:  # the parked launches, predecoded, on 64-row x tiles (s17)
+        # prediction (NOTES.md session 17): predecoded 128-row parked launches hold two stages
+        # of 64 KB (bf16 weight and x tiles) beside the 64 KB float32 park; 64-row x tiles
+        # hold four (48 KB a stage, 32 KB park) -- det/default at M=4096 on N <= 16384 from
+        # 1.14-1.32 to ~1.1 unless wgmma's 64-wide N (more shared-memory bytes per MMA, each
+        # weight tile read by twice the CTAs) costs what the stages gain
+        a16_launches(("auto", "det", "det_x64"), (4096, 16384), ("det", "det_x64"),
+                     None if args.tiny else [s for s in (
+                         (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
+                         if s[2] <= 16384])
+    if "groups_store" in parts:  # the parked launches' groups stored instead (s17)
+        # prediction (NOTES.md session 17): predecoded parked launches hold 2 stages; stored
+        # groups (two float32 slabs, the stores in halves of the x tile) hold 3: det/default
+        # at M=4096 on N <= 16384 from 1.14-1.32 to ~1.05-1.1 (the slabs' extra ~8 bytes an
+        # output against the third stage)
+        a16_launches(("auto", "det", "det_gs"), (4096, 16384), ("det", "det_gs"),
+                     None if args.tiny else [s for s in (
+                         (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
+                         if s[2] <= 16384])
     if "predecode_m" in parts:  # the same at M = 2048 / 16384, 6 shapes (where it starts)
         a16_launches(("auto", "auto_pd", "det", "det_pd"), (2048, 16384), ("det", "det_pd"),
                      None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),

@@ -98,6 +98,7 @@ def group_tile_blocks(blocks: int, scale_bytes: int) -> int:
 A_LOADS = ("wgmma", "relabel_4x")
 GROUP_A_LOADS = ("wgmma", "words")
 PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
+GROUPS_SUMS = ("park", "store")  # how a CTA's two groups of parts meet (see groups_sum)
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
 FOUR_WG_MAX_X_TILE = 32
@@ -115,7 +116,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
             group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0,
-            wgmma_halves: bool = False):
+            wgmma_halves: bool = False, groups_sum: str = "park"):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
@@ -136,8 +137,10 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         g_tile = group_tile_blocks(blocks, gb)  # K-blocks per scale tile
 
     # k_groups > k_splits: a CTA's range holds two groups of parts (check_launch): the first
-    # group's sum waits in shared memory (park_smem) for the second's
-    parked = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
+    # group's sum waits in shared memory (park_smem) for the second's, or (groups_sum="store")
+    # each group's sum goes to its own float32 slab, added after (_launch)
+    both = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
+    parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
 
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, park_smem):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
@@ -159,7 +162,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         run = one_block(w_smem, x_smem, ws, run, a_smem)
         zero = zero_total(run.shape)
         close = lambda r, g: (zero, g + r)  # noqa: E731
-        if parked:  # the first group's last part: its sum parked, the second from zero
+        if both:  # the first group's last part: its sum parked (or stored to slab 0), the
+            # second from zero
             mid = idx[0] // per_part == k_parts // 2 - 1
 
             def close(r, g):
@@ -167,7 +171,10 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
                 @pl.when(mid)
                 def _():
-                    park_smem[lax.axis_index("wg")] = g
+                    if parked:
+                        park_smem[lax.axis_index("wg")] = g
+                    else:
+                        store_part(g, 0)
                 return zero, jnp.where(lax.broadcast_in_dim(mid, g.shape, ()), zero, g)
         return lax.cond(ends, close, lambda r, g: (r, g), run, grand)
 
@@ -397,8 +404,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(*pipeline_refs),
-        out_smem=plgpu.SMEM((wgs, WG_ROWS, block_m), out_gmem.dtype,
-                            transforms=swizzled(out_gmem.dtype, block_m)),
+        out_smem=plgpu.SMEM((wgs, WG_ROWS, store_cols(block_m, stored_groups)), out_gmem.dtype,
+                            transforms=swizzled(out_gmem.dtype,
+                                                store_cols(block_m, stored_groups))),
         collective_axes="wg", **scratch,
     )
     def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
@@ -418,13 +426,18 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         ws_tile = held_scales(n_idx, 1, ws_tile, ws_bar)
         ws_refs = ((ws_gmem.at[:, n_slice],) if scales == "rows" else
                    (ws_gmem.at[n_slice],) if scales == "groups" else ())
-        slabs = k_parts if parts_sum == "store" and k_parts > 1 else 1  # output slabs per CTA
+        # output slabs per CTA (stored groups: k_splits is 1)
+        slabs = k_parts if parts_sum == "store" and k_parts > 1 else 2 if stored_groups else 1
 
         def store_part(total, part):  # this warpgroup's rows of the tile to slab `part`
             store_wg_rows(total, out_smem=out_smem, out_gmem=out_gmem.at[split * slabs + part],
                           row_slice=n_slice, col_slice=m_slice)
 
-        if slabs > 1:  # every part stored as it ends (store_part)
+        if stored_groups:  # the first group's sum went to slab 0 (body), the second's to 1
+            def context(run):
+                zero = zero_total((WG_ROWS, block_m))  # (out_smem holds half the columns)
+                store_part(run((zero, zero))[1], 1)
+        elif slabs > 1:  # every part stored as it ends (store_part)
             def context(run):
                 run(zero_total(out_smem.shape[1:]))
         elif parked:  # the second group's sum, then the first's parked one added to it
@@ -448,6 +461,13 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             w_gmem.at[n_slice], x_gmem.at[m_slice], *ws_refs, allocations=allocs)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def store_cols(block_m: int, stored_groups: bool) -> int:
+    """Columns of a warpgroup's output staging buffer: stored groups' float32 sums go in halves
+    of the x tile, so that at 128-row x tiles a third pipeline stage of predecoded bf16 tiles
+    fits beside it (3 x 64 KB + 32 KB); else the whole tile at once."""
+    return block_m // 2 if stored_groups and block_m >= 16 else block_m
 
 
 def _x_tile(m: int) -> int:
@@ -890,7 +910,8 @@ def _sum_pieces(y: jax.Array, pieces: np.ndarray, tile_rows: int, groups: int = 
 
 def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
             a_in_registers: bool, blocks: int = 1, wgs: int = 2, scales: str = "rows",
-            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0) -> int:
+            k: int = 0, held: int = 1, w_bits: int = 8, group_bytes: int = 0,
+            out_cols: int | None = None) -> int:
     # w, x (and with scales="rows", scale) tiles of `blocks` K-blocks; the tile's scales once;
     # "groups": a scale tile of group_bytes per K-block and row per step
     tile_rows = wgs * WG_ROWS
@@ -898,7 +919,7 @@ def _stages(requested: int | None, block_m: int, x_bytes: int, out_bytes: int,
                          + (tile_rows * 4 if scales == "rows" else 0))
     if scales == "groups":
         per_step += tile_rows * group_tile_blocks(blocks, group_bytes) * group_bytes
-    fixed = wgs * WG_ROWS * block_m * out_bytes + (0 if a_in_registers else
+    fixed = wgs * WG_ROWS * (out_cols or block_m) * out_bytes + (0 if a_in_registers else
                                                    wgs * blocks * WG_ROWS * BLOCK * x_bytes)
     fixed += 4 * int(np.prod(_tile_scales(scales, tile_rows, k, held)))
     fit = (SMEM_BYTES - fixed) // per_step
@@ -918,7 +939,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                               a_load: str = "wgmma", parts_sum: str = "cond",
                               programs: int | None = None, k_groups: int = 1,
                               wgmma_halves: bool = False, a_in_registers: bool = True,
-                              predecode: bool = False,
+                              predecode: bool = False, groups_sum: str = "park",
                               interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16/f16 @ (w (N, K) e4m3 [w_scale])^T in out_dtype (default x's
     dtype); see the module docstring for the numerics.
@@ -984,6 +1005,11 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       are summed so afterwards; folded in-CTA parts need k_splits 1 (the first half's sum then
       waits in shared memory: parks_first_group) or 2 (a range a group); streamed parts fold
       by group (each group's first CTA its prefix of it).
+    groups_sum: where a CTA holding both groups (k_splits 1, parts folded) keeps the first
+      group's sum: "park" (in shared memory, added to the second's at the end; the kernel
+      writes float32) or "store" (each group's sum to a float32 slab of its own, the slabs
+      added after as K ranges' are, the stores staged in halves of the x tile: one 64 KB
+      pipeline stage more at 128-row tiles). The same sums either way.
     wgmma_halves: each K-block's weights converted and multiplied in two halves of 64 columns,
       the first half's wgmmas waited on before the second is converted (blocks_per_step=1,
       a_load="wgmma"): the same wgmma chain, so the same sums, with 16 fewer registers live
@@ -1022,7 +1048,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     check_launch(m, n, k, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                  blocks_per_step=blocks_per_step, programs=programs, compute_wgs=compute_wgs,
                  group_m=group_m, parts_sum=parts_sum, k_groups=k_groups,
-                 wgmma_halves=wgmma_halves)
+                 wgmma_halves=wgmma_halves, groups_sum=groups_sum)
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
     if predecode:
         w, a_load = w.astype(x.dtype), "smem"  # exact: every e4m3 value is a bf16 / f16 one
@@ -1031,7 +1057,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
                    parts_sum=parts_sum, scales=scales, programs=programs, k_groups=k_groups,
                    wgmma_halves=wgmma_halves, a_in_registers=a_in_registers,
-                   interpret=interpret)
+                   groups_sum=groups_sum, interpret=interpret)
 
 
 def check_predecode(predecode: bool, a_load: str, wgmma_halves: bool,
@@ -1049,7 +1075,8 @@ def check_predecode(predecode: bool, a_load: str, wgmma_halves: bool,
 def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
                  blocks_per_step: int, programs: int | None, compute_wgs: int, group_m: int,
                  parts_sum: str, step_blocks: tuple[int, ...] = (1, 2),
-                 k_groups: int = 1, wgmma_halves: bool = False) -> None:
+                 k_groups: int = 1, wgmma_halves: bool = False,
+                 groups_sum: str = "park") -> None:
     """The launch settings of fp8_block_a16_matmul_mgpu (see there) for an (M, N, K) problem,
     or a ValueError naming the one that is wrong. step_blocks: the K-blocks a pipeline step may
     hold (group_a16_mgpu's 4-bit codes: also 4)."""
@@ -1058,6 +1085,8 @@ def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts
                          f"{WG_ROWS} * compute_wgs, got {compute_wgs!r}")
     if parts_sum not in PARTS_SUMS:
         raise ValueError(f"parts_sum must be one of {PARTS_SUMS}, got {parts_sum!r}")
+    if groups_sum not in GROUPS_SUMS:
+        raise ValueError(f"groups_sum must be one of {GROUPS_SUMS}, got {groups_sum!r}")
     if compute_wgs == 4 and block_m > FOUR_WG_MAX_X_TILE:
         raise ValueError(f"compute_wgs=4 holds x tiles of up to {FOUR_WG_MAX_X_TILE} rows "
                          f"(104 registers per thread), got block_m={block_m}")
@@ -1135,7 +1164,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             parts_sum: str = "cond", scales: str = "rows",
             programs: int | None = None, finish=None,
             group_fmt: str | None = None, k_groups: int = 1,
-            wgmma_halves: bool = False, k_perm: str | None = None) -> jax.Array:
+            wgmma_halves: bool = False, k_perm: str | None = None,
+            groups_sum: str = "park") -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
     ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
     K/group) viewed uint8; "none": not read); w e4m3, or int4 (e2m1 codes with
@@ -1162,7 +1192,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     tile_rows = compute_wgs * WG_ROWS
     tiles, k_steps = n // tile_rows, k // BLOCK // blocks_per_step
     stream = None if programs is None else Stream.of(tiles, k_steps, programs, k_parts)
-    parked = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
+    both = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
+    parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
     group_slabs, sum_groups = 0, 1 if parked else k_groups
     if stream is not None:
         pieces = group_pieces(tiles, k_steps, programs, k_parts, k_groups,
@@ -1170,14 +1201,15 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         group_slabs = int(pieces.max())
         slabs = group_slabs * k_groups
     else:
-        slabs = k_splits * (k_parts if parts_sum == "store" else 1)
+        slabs = k_splits * (k_parts if parts_sum == "store" else k_groups if stored_groups else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
                   or parked else out_dtype)
     stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize,
                      a_in_registers or a_load == "smem",
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
                      dtypes.itemsize_bits(w.dtype),
-                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0)
+                     GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0,
+                     store_cols(block_m, stored_groups))
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -1190,7 +1222,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
                           group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs,
-                          wgmma_halves=wgmma_halves),
+                          wgmma_halves=wgmma_halves, groups_sum=groups_sum),
         jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)

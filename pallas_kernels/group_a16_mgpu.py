@@ -47,7 +47,7 @@ __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_m
 N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
 # launch settings that describe how K and the tiles are cut (overriding any replaces them all)
 PARTITION = {"block_m", "k_splits", "k_parts", "programs", "blocks_per_step", "parts_sum",
-             "k_groups"}
+             "k_groups", "groups_sum"}
 _SETTINGS = PARTITION | {"stages", "group_m", "a_in_registers", "compute_wgs", "a_load",
                          "wgmma_halves", "predecode"}
 
@@ -188,7 +188,8 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                  programs=params.get("programs"), compute_wgs=params.get("compute_wgs", 2),
                  group_m=params["group_m"], parts_sum=params.get("parts_sum", "cond"),
                  step_blocks=(1, 2, 4), k_groups=params.get("k_groups", 1),
-                 wgmma_halves=params.get("wgmma_halves", False))
+                 wgmma_halves=params.get("wgmma_halves", False),
+                 groups_sum=params.get("groups_sum", "park"))
     a_load = params.get("a_load", "wgmma")
     if a_load not in GROUP_A_LOADS or (a_load == "words" and f.elem != "e2m1"):
         raise ValueError(f"a_load must be one of {GROUP_A_LOADS} ('words': e2m1 codes only), "

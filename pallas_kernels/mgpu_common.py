@@ -97,14 +97,18 @@ def zero_total(shape) -> jax.Array:
 
 def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice) -> None:
     """Store this warpgroup's 64 rows of the tile (row_slice, col_slice of out_gmem) through its
-    slot of out_smem ((compute warpgroups, 64, tile columns)), once the slot's last store has
-    read it."""
+    slot of out_smem ((compute warpgroups, 64, columns)), once the slot's last store has read
+    it -- in pieces of out_smem's columns where it holds fewer than the tile's."""
     wg = lax.axis_index("wg")
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-    out_smem[wg] = total.astype(out_smem.dtype)
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(
-        out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS), col_slice])
+    cols = out_smem.shape[2]
+    for c in range(0, total.shape[1], cols):
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+        out_smem[wg] = (total if cols == total.shape[1] else
+                        total[:, c:c + cols]).astype(out_smem.dtype)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(
+            out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS),
+                                                       pl.ds(col_slice.start + c, cols)])
 
 
 def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False) -> None:

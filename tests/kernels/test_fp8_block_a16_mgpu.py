@@ -1018,3 +1018,47 @@ def test_gpu_predecoded_weights_give_the_same_bits(rng, m, params):
             *a, scale_kind=kind, out_dtype=jnp.float32, predecode=v, **params))(x, w, ws))
             for v in (False, True)]
         np.testing.assert_array_equal(ys[1], ys[0])
+
+
+# -- groups_sum="store" (session 17): a CTA's two groups' sums to slabs of their own --
+
+@pytest.mark.parametrize("m,params", [(20, dict(block_m=16, k_parts=4, k_groups=2)),
+                                      (20, dict(block_m=32, k_parts=8, k_groups=2,
+                                                predecode=True))])
+def test_interpreter_stored_groups_give_the_parked_bits(rng, m, params):
+    """The first group's sum stored to a slab (staged in halves of the x tile) instead of
+    parked in shared memory: the same two sums, added in the same order afterwards."""
+    _option_keeps_the_bits(rng, m, "groups_sum", ("park", "store"), params, interpret=True)
+
+
+def test_groups_sum_is_checked(rng):
+    x, w, ws = _operands(rng, 8, 256, 1024)
+    with pytest.raises(ValueError, match=r"groups_sum must be one of \('park', 'store'\), "
+                                         r"got 'slabs'"):
+        fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, k_parts=4, k_groups=2,
+                                  groups_sum="slabs", interpret=True, a_in_registers=False)
+
+
+def test_lowers_for_cuda_on_cpu_with_stored_groups():
+    """Stored groups at deterministic mode's predecoded 128-row launch: three pipeline stages
+    of bf16 tiles beside the halved staging buffer, lowered for CUDA."""
+    m, n, k = 4096, 8192, 8192
+    p = {**launch_params(m, n, k, False, deterministic=True), "groups_sum": "store"}
+    assert p["k_groups"] == 2 and p["predecode"] and p["block_m"] == 128
+    assert fp8_block_a16_mgpu._stages(None, 128, 2, 4, True, w_bits=16, scales="block",
+                                      k=k, out_cols=64) == 3
+    x = jnp.ones((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **p))
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(1024, dict(k_parts=8, k_groups=2)),
+                                      (1024, dict(k_parts=8, k_groups=2, predecode=True)),
+                                      (300, dict(block_m=64, k_parts=4, k_groups=2)),
+                                      (40, dict(block_m=16, k_parts=8, k_groups=2))])
+def test_gpu_stored_groups_give_the_parked_bits(rng, m, params):
+    """The gate for groups_sum="store" on the GPU: bitwise the parked launch's sums."""
+    _option_keeps_the_bits(rng, m, "groups_sum", ("park", "store"), params, interpret=False)

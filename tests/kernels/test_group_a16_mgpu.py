@@ -713,3 +713,18 @@ def test_gpu_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
                       for p in (False, True))
     np.testing.assert_array_equal(decoded, codes)
     _check(decoded, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,a_load", [("nvfp4", "words"), ("mxfp4", "words"),
+                                        ("mxfp8", "wgmma")])
+@pytest.mark.parametrize("predecode", [False, True])
+def test_gpu_group_stored_groups_give_the_parked_bits(rng, fmt, a_load, predecode):
+    n, k, m = 2560, 7168, 1024
+    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
+    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
+    park, store = (np.asarray(group_a16_matmul_mgpu(
+        fmt, *args, **kw, a_load=a_load, predecode=predecode, k_parts=8, k_groups=2,
+        groups_sum=g)) for g in ("park", "store"))
+    np.testing.assert_array_equal(store, park)
+    _check(store, want)
