@@ -811,6 +811,10 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     small = with_two_block_steps(small, n, k)
     if predecode and m >= PREDECODE_MIN_M:
         small = {**small, "predecode": True}
+        if parks_first_group(small.get("k_groups", 1), small.get("k_splits", 1),
+                             small.get("k_parts", 1), small.get("parts_sum", "cond"),
+                             "programs" in small):
+            small["groups_sum"] = "store"  # (STORED_GROUPS)
     elif halves and not interpret and halves_pay(small):
         small = {**small, "wgmma_halves": True}
     return dict(a_in_registers=not interpret, **small)
@@ -827,6 +831,13 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 # parked launches of N <= 16384, two pipeline stages of bf16 tiles: 0.92-1.05), 16384
 # 0.77-0.96.
 PREDECODE_MIN_M = 4096
+# STORED_GROUPS: predecoded launches whose CTAs hold both groups of a two-group order store
+# each group's sum to a float32 slab of their own (groups_sum="store") instead of parking the
+# first in shared memory: three pipeline stages of bf16 tiles instead of two. H200, session
+# 17 (sweep_fp8.py --parts groups_store, fp8_block_a16, the 7 shapes of N <= 16384, same run),
+# det/default at M=4096 1.20-1.29 -> 0.96-1.22 (4096x4096 / 4096x6144 1.21 / 1.22, the rest
+# 0.96-1.08), at M=16384 1.17-1.40 -> 0.97-1.23; MX det (bench_fp4_mx.py --parts
+# detgroupsstore, 4 shapes) 1.40-1.49 -> 1.18-1.42 at M=4096.
 
 
 # In-CTA parts folded in registers (parts_sum="cond", not streamed) hold three float32

@@ -707,6 +707,12 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
                 assert p.get("predecode") and "wgmma_halves" not in p, p
             assert "predecode" not in launch_params(PREDECODE_MIN_M // 2, n, k, False,
                                                     deterministic=det)
+        # stored groups only where a predecoded CTA holds both groups (two-group N)
+        det = launch_params(PREDECODE_MIN_M, n, k, False, deterministic=True)
+        assert (det.get("groups_sum") == "store") == (det.get("k_groups", 1) == 2
+                                                      and det["k_splits"] == 1), det
+        assert "groups_sum" not in launch_params(PREDECODE_MIN_M // 2, n, k, False,
+                                                 deterministic=True)
         for fmt in ("nvfp4", "mxfp4", "mxfp8"):
             det = group_launch_params(PREDECODE_MIN_M, n, k, False, deterministic=True, fmt=fmt)
             assert det.get("predecode", False) == (fmt in PREDECODE_FORMATS), (fmt, det)
@@ -1043,8 +1049,9 @@ def test_lowers_for_cuda_on_cpu_with_stored_groups():
     """Stored groups at deterministic mode's predecoded 128-row launch: three pipeline stages
     of bf16 tiles beside the halved staging buffer, lowered for CUDA."""
     m, n, k = 4096, 8192, 8192
-    p = {**launch_params(m, n, k, False, deterministic=True), "groups_sum": "store"}
+    p = launch_params(m, n, k, False, deterministic=True)
     assert p["k_groups"] == 2 and p["predecode"] and p["block_m"] == 128
+    assert p["groups_sum"] == "store" and p["k_splits"] == 1 and p["k_parts"] > 1
     assert fp8_block_a16_mgpu._stages(None, 128, 2, 4, True, w_bits=16, scales="block",
                                       k=k, out_cols=64) == 3
     x = jnp.ones((m, k), jnp.bfloat16)
