@@ -163,6 +163,9 @@ CURRENT = (
     ("h200_fp4_grid_w4a4_s13.json", None), ("h200_fp4_grid_a16_det_s14.json", None),
     ("h200_fp4_grid_det_groups_s15.json", None), ("h200_fp8_grid_wide_det_s16.json", None),
     ("h200_fp4_grid_det_halves_s16.json", None),
+    ("h200_fp8_grid_predecode_s17.json", None), ("h200_fp4_grid_det_predecode_s17.json", None),
+    ("h200_fp8_grid_stored_groups_s17.json", None),
+    ("h200_fp4_grid_stored_groups_s17.json", None),
 )
 
 
@@ -390,6 +393,31 @@ def main() -> int:
          "(`var[mgpu-det-halves-decode]`) beside both modes, M=256/4096 (session 16 call 3)"),
         ("h200_fp4_grid_det_halves_s16.json", "NVFP4 / MXFP8 weight-only through the dispatcher "
          "in both modes after session 16 (MXFP8 with the halves), 5 shapes, M=256/4096"),
+        ("h200_fp8_sweep_predecode_s17.json", "FP8 W8A16 with `predecode` (`_pd`: weights "
+         "converted to bf16 by XLA first, wgmma's A from shared memory) vs without, both modes, "
+         "M=1024/4096, 11 shapes, same run (session 17 call 1)"),
+        ("h200_fp8_sweep_predecode_m_s17.json", "The same at M=2048/16384, 6 shapes (session 17 "
+         "call 2)"),
+        ("h200_fp8_sweep_predecode_x64_s17.json", "Predecoded deterministic launches on 64-row "
+         "x tiles (`_det_x64`) vs 128-row, M=4096/16384 (session 17 call 5; not adopted)"),
+        ("h200_fp8_sweep_groups_store_s17.json", "Predecoded deterministic launches with "
+         "stored groups (`_det_gs`) vs the parked first group (`_det`), M=4096/16384, the 7 "
+         "shapes with N <= 16384, same run (session 17 call 6)"),
+        ("h200_fp8_grid_predecode_s17.json", "FP8 W8A16 (block, channel) through the "
+         "dispatcher in both modes with predecode, M=4096/16384, 11 shapes (session 17 call 4)"),
+        ("h200_fp8_grid_stored_groups_s17.json", "The same with stored groups, M=4096 "
+         "(session 17 call 7: figures of record)"),
+        ("h200_fp4_det_predecode_s17.json", "NVFP4 / MXFP4 / MXFP8: deterministic launches on "
+         "predecoded codes (`var[mgpu-det-predecode]`) beside both modes, M=1024/4096 "
+         "(session 17 call 2)"),
+        ("h200_fp4_det_predecode_x64_s17.json", "The same on 64-row x tiles, M=4096 (session "
+         "17 call 5; not adopted)"),
+        ("h200_fp4_det_groups_store_s17.json", "The same with stored groups, M=4096 (session 17 "
+         "call 6)"),
+        ("h200_fp4_grid_det_predecode_s17.json", "NVFP4 / MXFP4 / MXFP8 weight-only through the "
+         "dispatcher in both modes with MX predecode, 5 shapes, M=1024/4096 (session 17 call 3)"),
+        ("h200_fp4_grid_stored_groups_s17.json", "The same with stored groups, M=4096 (session "
+         "17 call 7: figures of record)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
