@@ -671,11 +671,11 @@ def test_gpu_group_wgmma_halves_give_the_same_bits(rng, fmt, a_load, m, launch):
 
 @pytest.mark.parametrize("fmt,a_load", [("nvfp4", "wgmma"), ("nvfp4", "words"),
                                         ("mxfp4", "words"), ("mxfp8", "wgmma")])
-@pytest.mark.parametrize("m,launch", [(5, dict(block_m=8, k_parts=4, k_groups=2)),
-                                      (9, dict(block_m=16, k_splits=2, blocks_per_step=1))])
+@pytest.mark.parametrize("m,launch", [(5, dict(block_m=8, k_parts=4, k_groups=2))])
 def test_interpreter_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
     """decode_jnp's values (K-blocks permuted as the words hand them over, x alike) in the
-    decoding kernel's wgmma chain: bitwise its sums, within the float32 reference's bound."""
+    decoding kernel's wgmma chain: bitwise its sums, within the float32 reference's bound
+    (the parked two-group launch predecode runs in; the GPU test covers the other forms)."""
     n, k = 256, 2048
     x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
     args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
