@@ -71,9 +71,10 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
-           "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "parks_first_group",
+           "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "holds_both_groups",
            "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
-           "launch_params", "check_predecode", "PREDECODE_MIN_M", "stream_params", "stream_programs", "blocks_per_step",
+           "launch_params", "check_predecode", "PREDECODE_MIN_M", "stream_params",
+           "stream_programs", "blocks_per_step",
            "with_two_block_steps", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
@@ -104,11 +105,12 @@ GROUPS_SUMS = ("park", "store")  # how a CTA's two groups of parts meet (see gro
 FOUR_WG_MAX_X_TILE = 32
 
 
-def parks_first_group(k_groups: int, k_splits: int, k_parts: int, parts_sum: str,
+def holds_both_groups(k_groups: int, k_splits: int, k_parts: int, parts_sum: str,
                       streamed: bool) -> bool:
     """Whether a launch's CTAs each hold both groups of a two-group order in their in-CTA parts
     (k_splits=1, parts folded): the first group's float32 sum then waits in shared memory for
-    the second's (_kernel), and the kernel writes float32 (_launch)."""
+    the second's, or goes to a slab of its own (groups_sum; _kernel), and the kernel writes
+    float32 (_launch)."""
     return k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and not streamed
 
 
@@ -139,7 +141,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     # k_groups > k_splits: a CTA's range holds two groups of parts (check_launch): the first
     # group's sum waits in shared memory (park_smem) for the second's, or (groups_sum="store")
     # each group's sum goes to its own float32 slab, added after (_launch)
-    both = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
+    both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, stream is not None)
     parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
 
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, park_smem):
@@ -811,7 +813,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     small = with_two_block_steps(small, n, k)
     if predecode and m >= PREDECODE_MIN_M:
         small = {**small, "predecode": True}
-        if parks_first_group(small.get("k_groups", 1), small.get("k_splits", 1),
+        if holds_both_groups(small.get("k_groups", 1), small.get("k_splits", 1),
                              small.get("k_parts", 1), small.get("parts_sum", "cond"),
                              "programs" in small):
             small["groups_sum"] = "store"  # (STORED_GROUPS)
@@ -1013,8 +1015,8 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
     k_groups: 1, or 2 -- the K order of two groups of the k_splits * k_parts parts: each
       half's parts added in order (as above), then the second half's sum added to the first's
       (deterministic mode up to DET_GROUPS_MAX_N rows: det_groups). K ranges and stored parts
-      are summed so afterwards; folded in-CTA parts need k_splits 1 (the first half's sum then
-      waits in shared memory: parks_first_group) or 2 (a range a group); streamed parts fold
+      are summed so afterwards; folded in-CTA parts need k_splits 1 (a CTA holds both groups:
+      holds_both_groups, groups_sum) or 2 (a range a group); streamed parts fold
       by group (each group's first CTA its prefix of it).
     groups_sum: where a CTA holding both groups (k_splits 1, parts folded) keeps the first
       group's sum: "park" (in shared memory, added to the second's at the end; the kernel
@@ -1203,7 +1205,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     tile_rows = compute_wgs * WG_ROWS
     tiles, k_steps = n // tile_rows, k // BLOCK // blocks_per_step
     stream = None if programs is None else Stream.of(tiles, k_steps, programs, k_parts)
-    both = parks_first_group(k_groups, k_splits, k_parts, parts_sum, stream is not None)
+    both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, stream is not None)
     parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
     group_slabs, sum_groups = 0, 1 if parked else k_groups
     if stream is not None:

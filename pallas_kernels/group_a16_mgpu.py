@@ -145,7 +145,10 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     a_load "wgmma" (byte loads) or "words" (e2m1 codes, 8 a load, K permuted);
     wgmma_halves -- each K-block decoded and multiplied in two halves, the same sums
     (test_gpu_group_wgmma_halves_give_the_same_bits); group_launch_params takes them for
-    MXFP8's in-CTA parts at 128-row x tiles)
+    MXFP8's in-CTA parts at 128-row x tiles; predecode -- the codes decoded to bf16 by one XLA
+    pass (predecode_weights, the words' K permutation kept), wgmma reading them from shared
+    memory, the same sums (test_gpu_predecoded_codes_give_the_same_bits); groups_sum, as for
+    fp8)
     on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
     given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,
     one K-block a step)."""
