@@ -466,10 +466,15 @@ def test_lowers_for_cuda_on_cpu_with_two_groups(m, n, k):
     with the registers as wgmma's A operand."""
     p = launch_params(m, n, k, False, deterministic=True)
     assert p["k_groups"] == 2
+    _assert_lowers_for_cuda(m, n, k, p)
+
+
+def _assert_lowers_for_cuda(m: int, n: int, k: int, params: dict) -> None:
+    """fp8_block_a16 with block scales and launch settings params lowers for CUDA (on CPU)."""
     x = jnp.ones((m, k), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
     ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
-    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **p))
+    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **params))
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -830,13 +835,18 @@ def test_gpu_wgmma_halves_give_the_same_bits(rng, m, params):
     """wgmma_halves (session 16: each K-block's wgmmas in two halves) is the same wgmma chain:
     bitwise the whole block's sums at every launch form it runs in, scales of every kind."""
     _option_keeps_the_bits(rng, m, "wgmma_halves", (False, True), params, interpret=False)
+    _option_keeps_the_bits_of_row_scales(rng, m, "wgmma_halves", params)
+
+
+def _option_keeps_the_bits_of_row_scales(rng, m, option, params):
+    """On the GPU, with channel and tensor scales: `option` False and True, bitwise equal."""
     n, k = 2560, 7168
     for kind in ("channel", "tensor"):
         x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
         ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
-            *a, scale_kind=kind, out_dtype=jnp.float32, wgmma_halves=v, **params))(x, w, ws))
+            *a, scale_kind=kind, out_dtype=jnp.float32, **{option: v}, **params))(x, w, ws))
             for v in (False, True)]
-        np.testing.assert_array_equal(ys[1], ys[0])
+        np.testing.assert_array_equal(ys[1], ys[0], err_msg=f"{option} with {kind} scales")
 
 
 @pytest.mark.gpu
@@ -998,11 +1008,7 @@ def test_lowers_for_cuda_on_cpu_predecoded(m, n, k):
     output) lowers for CUDA at deterministic mode's launches, with and without the park."""
     p = {**{key: v for key, v in launch_params(m, n, k, False, deterministic=True).items()
             if key != "wgmma_halves"}, "predecode": True}
-    x = jnp.ones((m, k), jnp.bfloat16)
-    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
-    ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
-    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **p))
-    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+    _assert_lowers_for_cuda(m, n, k, p)
 
 
 @pytest.mark.gpu
@@ -1017,13 +1023,7 @@ def test_gpu_predecoded_weights_give_the_same_bits(rng, m, params):
     gives bitwise the sums of the weights converted in registers, at every launch form, for
     block, channel and tensor scales."""
     _option_keeps_the_bits(rng, m, "predecode", (False, True), params, interpret=False)
-    n, k = 2560, 7168
-    for kind in ("channel", "tensor"):
-        x, w, ws = _operands(rng, m, n, k, scale_kind=kind)
-        ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
-            *a, scale_kind=kind, out_dtype=jnp.float32, predecode=v, **params))(x, w, ws))
-            for v in (False, True)]
-        np.testing.assert_array_equal(ys[1], ys[0])
+    _option_keeps_the_bits_of_row_scales(rng, m, "predecode", params)
 
 
 # -- groups_sum="store" (session 17): a CTA's two groups' sums to slabs of their own --
@@ -1054,11 +1054,7 @@ def test_lowers_for_cuda_on_cpu_with_stored_groups():
     assert p["groups_sum"] == "store" and p["k_splits"] == 1 and p["k_parts"] > 1
     assert fp8_block_a16_mgpu._stages(None, 128, 2, 4, True, w_bits=16, scales="block",
                                       k=k, out_cols=64) == 3
-    x = jnp.ones((m, k), jnp.bfloat16)
-    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
-    ws = jax.ShapeDtypeStruct((n // 128, k // 128), jnp.float32)
-    f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, **p))
-    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+    _assert_lowers_for_cuda(m, n, k, p)
 
 
 @pytest.mark.gpu

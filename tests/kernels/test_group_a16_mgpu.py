@@ -637,14 +637,16 @@ def test_lowers_for_cuda_on_cpu_with_group_wgmma_halves(fmt, a_load, launch):
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def test_group_wgmma_halves_are_refused_with_steps_of_several_k_blocks(rng):
+@pytest.mark.parametrize("kw,match", [
+    (dict(blocks_per_step=4), "wgmma_halves splits one K-block a step; got blocks_per_step=4"),
+    (dict(predecode=True), "it takes neither a_load='wgmma' nor wgmma_halves=True")])
+def test_group_wgmma_halves_are_refused_with_several_k_blocks_a_step_or_predecode(rng, kw,
+                                                                                 match):
     x, packed, scale, col = _operands(rng, 8, 256, 2048)
-    with pytest.raises(ValueError, match="wgmma_halves splits one K-block a step; got "
-                                         "blocks_per_step=4"):
+    with pytest.raises(ValueError, match=match):
         nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
                               jnp.asarray(col), post="div", interpret=True,
-                              a_in_registers=False, block_m=16, blocks_per_step=4,
-                              wgmma_halves=True)
+                              a_in_registers=False, block_m=16, wgmma_halves=True, **kw)
 
 
 @pytest.mark.gpu
@@ -657,14 +659,20 @@ def test_group_wgmma_halves_are_refused_with_steps_of_several_k_blocks(rng):
 def test_gpu_group_wgmma_halves_give_the_same_bits(rng, fmt, a_load, m, launch):
     """The gate for taking wgmma_halves in the group kernels: bitwise the whole K-block's
     decode and sums at each launch form, within the float32 reference's bound."""
-    n, k = 2560, 7168
+    _group_option_keeps_the_bits(rng, fmt, m, "wgmma_halves", (False, True),
+                                 dict(a_load=a_load, **launch))
+
+
+def _group_option_keeps_the_bits(rng, fmt, m, option, values, launch, *, n=2560, k=7168):
+    """fmt's kernel with `option` set to each of `values` (on top of launch): every result
+    bitwise the first, the last within the float32 reference's bound."""
     x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
     args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
-    whole, halves = (np.asarray(group_a16_matmul_mgpu(fmt, *args, **kw, a_load=a_load,
-                                                      wgmma_halves=h, **launch))
-                     for h in (False, True))
-    np.testing.assert_array_equal(halves, whole)
-    _check(halves, want)
+    first, *rest = (np.asarray(group_a16_matmul_mgpu(fmt, *args, **kw, **{option: v}, **launch))
+                    for v in values)
+    for y in rest:
+        np.testing.assert_array_equal(y, first)
+    _check(rest[-1], want)
 
 
 # -- predecode (session 17): codes decoded to bf16 by XLA, wgmma's A from shared memory --
@@ -676,24 +684,9 @@ def test_interpreter_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, la
     """decode_jnp's values (K-blocks permuted as the words hand them over, x alike) in the
     decoding kernel's wgmma chain: bitwise its sums, within the float32 reference's bound
     (the parked two-group launch predecode runs in; the GPU test covers the other forms)."""
-    n, k = 256, 2048
-    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
-    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
-    codes, decoded = (np.asarray(group_a16_matmul_mgpu(
-        fmt, *args, **kw, a_load=a_load, interpret=True, a_in_registers=False, predecode=p,
-        out_dtype=jnp.float32, **launch)) for p in (False, True))
-    np.testing.assert_array_equal(decoded, codes)
-    _check(decoded, want)
-
-
-def test_group_predecode_refuses_the_halves(rng):
-    x, packed, scale, col = _operands(rng, 8, 256, 2048)
-    with pytest.raises(ValueError, match="it takes neither a_load='wgmma' nor "
-                                         "wgmma_halves=True"):
-        nvfp4_a16_matmul_mgpu(jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale),
-                              jnp.asarray(col), post="div", interpret=True,
-                              a_in_registers=False, block_m=16, predecode=True,
-                              wgmma_halves=True)
+    _group_option_keeps_the_bits(rng, fmt, m, "predecode", (False, True), dict(
+        a_load=a_load, interpret=True, a_in_registers=False, out_dtype=jnp.float32, **launch),
+        n=256, k=2048)
 
 
 @pytest.mark.gpu
@@ -705,14 +698,8 @@ def test_group_predecode_refuses_the_halves(rng):
 def test_gpu_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
     """The gate for predecode in the group formats: the PTX decode's values and decode_jnp's
     are the same bf16 numbers, and wgmma sums them the same from registers or shared memory."""
-    n, k = 2560, 7168
-    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
-    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
-    codes, decoded = (np.asarray(group_a16_matmul_mgpu(fmt, *args, **kw, a_load=a_load,
-                                                       predecode=p, **launch))
-                      for p in (False, True))
-    np.testing.assert_array_equal(decoded, codes)
-    _check(decoded, want)
+    _group_option_keeps_the_bits(rng, fmt, m, "predecode", (False, True),
+                                 dict(a_load=a_load, **launch))
 
 
 @pytest.mark.gpu
@@ -720,11 +707,6 @@ def test_gpu_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
                                         ("mxfp8", "wgmma")])
 @pytest.mark.parametrize("predecode", [False, True])
 def test_gpu_group_stored_groups_give_the_parked_bits(rng, fmt, a_load, predecode):
-    n, k, m = 2560, 7168, 1024
-    x, w, scale, kw, want = _format_case(rng, fmt, m, n, k)
-    args = (jnp.asarray(x), jnp.asarray(w), jnp.asarray(scale))
-    park, store = (np.asarray(group_a16_matmul_mgpu(
-        fmt, *args, **kw, a_load=a_load, predecode=predecode, k_parts=8, k_groups=2,
-        groups_sum=g)) for g in ("park", "store"))
-    np.testing.assert_array_equal(store, park)
-    _check(store, want)
+    """groups_sum="store" in the group formats: bitwise the parked launch's sums."""
+    _group_option_keeps_the_bits(rng, fmt, 1024, "groups_sum", ("park", "store"), dict(
+        a_load=a_load, predecode=predecode, k_parts=8, k_groups=2))
