@@ -1196,8 +1196,9 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             w, a_load = permute_k(w), "wgmma"
     elif a_load == "words":  # e2m1 codes (checked by group_a16_matmul_mgpu, the one caller
         # that may ask for them); the kernel permutes in both modes
-        x = permute_k(x, "halves")
-    if k_perm is not None:  # decoded weights whose K-blocks came permuted (decode_words')
+        k_perm = "halves"
+    if k_perm is not None:  # x's K as the weights' reach the MMA (decode_words' pairing, or
+        # predecoded weights permuted so)
         x = permute_k(x, k_perm)
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
     # of >= 32 bytes

@@ -50,6 +50,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .mgpu_relabel import TILE, _positions
 from .mx_decode import BF16X2_2_POW_126, e8m0_to_f32, expand_groups
+from .mx_dense import dequantize_bf16
 
 __all__ = ["Format", "FORMATS", "E2M1_VALUES", "register_map", "word_register_map",
            "nibble_patterns", "word_patterns", "decode_jnp", "decode", "decode_words",
@@ -175,18 +176,12 @@ def decode_jnp(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
 
 def predecode_weights(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
     """The whole weight as decode_jnp decodes a K-block -- bf16 (N, K) = code * scale /
-    fmt.post_factor -- by XLA (group_a16_mgpu's predecode): e2m1 codes packed as stored (uint8
-    (N, K/2), low nibble first) through ml_dtypes' float4 conversion rather than
-    decode_jnp's arithmetic (3x slower here: it must also run inside a kernel); e4m3 (N, K).
-    scales uint8 (N, K/group)."""
-    n = w.shape[0]
-    if fmt.elem == "e2m1":  # (N, K/2, 2): [low, high], K order
-        v = lax.bitcast_convert_type(w, jnp.float4_e2m1fn).reshape(n, -1).astype(jnp.float32)
-    else:
-        v = w.astype(jnp.float32)
-    s = (lax.bitcast_convert_type(scales, jnp.float8_e4m3fn).astype(jnp.float32)
-         if fmt.scale == "e4m3" else e8m0_to_f32(scales))
-    return (v * expand_groups(s, fmt.group) * (1.0 / fmt.post_factor)).astype(jnp.bfloat16)
+    fmt.post_factor -- by the dense path's XLA dequantization (group_a16_mgpu's predecode;
+    ml_dtypes' float4 conversion, 3x faster than decode_jnp's arithmetic, which must also run
+    inside a kernel): e2m1 codes packed as stored (uint8 (N, K/2), low nibble first) or e4m3
+    (N, K); scales uint8 (N, K/group)."""
+    return dequantize_bf16(w, scales, elem=fmt.elem, scale=fmt.scale, group=fmt.group,
+                           factor=1.0 / fmt.post_factor)
 
 
 _NVFP4_SCALES_PTX = """{

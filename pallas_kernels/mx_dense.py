@@ -28,8 +28,10 @@ DENSE_MIN_M = 1024  # default mode switches to this path from here (benchmarks/N
 
 
 def dequantize_bf16(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str,
-                    group: int) -> jax.Array:
-    """(N, K) bf16 equal to element * group scale, exactly (no global scale)."""
+                    group: int, factor: float = 1.0) -> jax.Array:
+    """(N, K) bf16 equal to element * group scale (* factor, a power of two, in float32 before
+    the one rounding), exactly (no global scale). w: packed e2m1 bytes (N, K/2) or e4m3 (N, K);
+    w_scale: e4m3 or e8m0, as stored or viewed as uint8 (N, K/group)."""
     if elem == "e2m1":
         codes = lax.bitcast_convert_type(w, jnp.float4_e2m1fn)  # (N, K/2, 2): [low, high]
         q = codes.reshape(w.shape[0], w.shape[1] * 2).astype(F32)
@@ -39,7 +41,8 @@ def dequantize_bf16(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str,
         s = e8m0_to_f32(lax.bitcast_convert_type(w_scale, jnp.uint8))
     else:
         s = lax.bitcast_convert_type(w_scale, jnp.float8_e4m3fn).astype(F32)
-    return (q * jnp.repeat(s, group, axis=1)).astype(BF16)
+    v = q * jnp.repeat(s, group, axis=1)
+    return (v if factor == 1.0 else v * factor).astype(BF16)
 
 
 def dense_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,
