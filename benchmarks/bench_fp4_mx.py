@@ -20,7 +20,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     dethalvesdec (the group decode's wgmma_halves in deterministic launches, M = 256 / 4096),
     detpredecode (deterministic launches on codes decoded to bf16 first, M = 1024 / 4096),
     detpredecodex64 (the same on 64-row x tiles, M = 4096), detgroupsstore (the same with a
-    CTA's two groups' sums stored to slabs, M = 4096),
+    CTA's two groups' sums stored to slabs, M = 4096), detgroupsreload (deterministic mode
+    with the first group's sum read back in its CTA, M = 4096),
     detranges (deterministic K ranges with stored parts at
     M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
@@ -456,6 +457,21 @@ def det_groups_store_ops(k: int, n: int) -> list[bench.Op]:
                        ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
 
 
+def _det_reloaded(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch with the first group's sum read back by its CTA and added
+    there (groups_sum="reload", session 18) where a CTA holds both groups, on predecoded codes
+    (the only ones it takes since call 1, which ran NVFP4's register decode so too: 1.10-1.14x
+    slower)."""
+    return {**p, "groups_sum": "reload"} if p.get("predecode") else p
+
+
+def det_groups_reload_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode beside reloaded groups at M = 4096 (session 18; prediction as
+    sweep_fp8.py's groups_reload)."""
+    del k, n
+    return _beside_det("det-reload", _det_reloaded, ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -592,6 +608,8 @@ def main(argv=None) -> int:
             plan.append((PARK_SHAPES, (4096,), det_predecode_x64_ops))
         elif part == "detgroupsstore":  # predecoded codes, stored groups (session 17)
             plan.append((PARK_SHAPES, (4096,), det_groups_store_ops))
+        elif part == "detgroupsreload":  # the first group's sum read back (session 18)
+            plan.append((PARK_SHAPES, (4096,), det_groups_reload_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

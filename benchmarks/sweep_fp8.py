@@ -197,9 +197,16 @@ def _groups_stored(params: dict) -> dict:
     return {**params, "groups_sum": "store"}
 
 
+def _groups_reloaded(params: dict) -> dict:
+    """The same launch with the first group's sum read back by its CTA and added there
+    (groups_sum="reload", session 18) where it holds both -- on predecoded weights (the only
+    ones it takes: check_predecode)."""
+    return {**params, "groups_sum": "reload"} if params.get("predecode") else params
+
+
 # suffixes of _mgpu_a16_op's string launches: the same launch with these weight reads or tiles
 READ_OPTIONS = {"_h": _with_halves, "_pd": _predecoded, "_x64": _x_tile_64,
-                "_gs": _groups_stored}
+                "_gs": _groups_stored, "_gr": _groups_reloaded}
 
 
 def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None) -> bench.Op:
@@ -547,6 +554,18 @@ def main(argv=None) -> int:
         # at M=4096 on N <= 16384 from 1.14-1.32 to ~1.05-1.1 (the slabs' extra ~8 bytes an
         # output against the third stage)
         a16_launches(("auto", "det", "det_gs"), (4096, 16384), ("det", "det_gs"),
+                     None if args.tiny else [s for s in (
+                         (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
+                         if s[2] <= 16384])
+    if "groups_reload" in parts:  # the first group's sum read back in its CTA (s18)
+        # prediction (NOTES.md session 18): stored groups write two float32 slabs (8 bytes an
+        # output) that an XLA pass reads back with the transpose; reloading the first in the
+        # CTA (from L2, mostly) and writing the 16-bit output saves ~96 of 160 MB that pass
+        # moves on 4096x4096 at M=4096: det/default there 1.20 -> ~1.10, 2-5% elsewhere.
+        # (Session 18 call 1 also ran M=1024's register-decode park beside reload, and reload
+        # on 4 stages: 1.00-1.02 / 0.99-1.09 -- since refused, check_predecode.) det_gs /
+        # det_gr: stored / reloaded whatever RELOAD_MAX_K says
+        a16_launches(("auto", "det_gs", "det_gr"), (4096,), ("det_gs", "det_gr"),
                      None if args.tiny else [s for s in (
                          (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
                          if s[2] <= 16384])

@@ -73,7 +73,8 @@ from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "holds_both_groups",
            "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
-           "launch_params", "check_predecode", "PREDECODE_MIN_M", "stream_params",
+           "launch_params", "check_predecode", "PREDECODE_MIN_M", "RELOAD_MAX_K",
+           "stream_params",
            "stream_programs", "blocks_per_step",
            "with_two_block_steps", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
@@ -99,7 +100,7 @@ def group_tile_blocks(blocks: int, scale_bytes: int) -> int:
 A_LOADS = ("wgmma", "relabel_4x")
 GROUP_A_LOADS = ("wgmma", "words")
 PARTS_SUMS = ("cond", "store")  # how in-CTA K parts are closed (see parts_sum)
-GROUPS_SUMS = ("park", "store")  # how a CTA's two groups of parts meet (see groups_sum)
+GROUPS_SUMS = ("park", "store", "reload")  # how a CTA's two groups of parts meet (groups_sum)
 # Four compute warpgroups (256-row weight tiles) hold x tiles up to this many rows: wider ones
 # need more registers than the 104 per thread four warpgroups get (mgpu_common._register_budget)
 FOUR_WG_MAX_X_TILE = 32
@@ -114,7 +115,7 @@ def holds_both_groups(k_groups: int, k_splits: int, k_parts: int, parts_sum: str
     return k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and not streamed
 
 
-def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
+def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, group_m: int,
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
             group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0,
@@ -140,11 +141,15 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
 
     # k_groups > k_splits: a CTA's range holds two groups of parts (check_launch): the first
     # group's sum waits in shared memory (park_smem) for the second's, or (groups_sum="store")
-    # each group's sum goes to its own float32 slab, added after (_launch)
+    # each group's sum goes to its own float32 slab, added after (_launch), or ("reload") the
+    # first's goes to first_gmem and the CTA reads it back to add to the second's (_scope)
     both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, stream is not None)
     parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
+    reloaded = both and groups_sum == "reload"
+    staged = store_cols(block_m, stored_groups or reloaded)  # output staging columns
 
-    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, park_smem):
+    def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, store_first,
+             park_smem):
         # refs: (ws_smem, carry) with scales="rows" (a K-block's scale row per step), else
         # (carry,) with this tile's scales in ws_tile, loaded once (_scope; "tensor": the value)
         ws = ((refs[0], None, 0) if scales == "rows" else
@@ -164,7 +169,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
         run = one_block(w_smem, x_smem, ws, run, a_smem)
         zero = zero_total(run.shape)
         close = lambda r, g: (zero, g + r)  # noqa: E731
-        if both:  # the first group's last part: its sum parked (or stored to slab 0), the
+        if both:  # the first group's last part: its sum parked (or stored: store_first), the
             # second from zero
             mid = idx[0] // per_part == k_parts // 2 - 1
 
@@ -176,7 +181,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                     if parked:
                         park_smem[lax.axis_index("wg")] = g
                     else:
-                        store_part(g, 0)
+                        store_first(g)
                 return zero, jnp.where(lax.broadcast_in_dim(mid, g.shape, ()), zero, g)
         return lax.cond(ends, close, lambda r, g: (r, g), run, grand)
 
@@ -403,19 +408,31 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                        ws_bar=plgpu.Barrier(num_arrivals=1))
     pipeline_refs = (w_gmem, x_gmem) + ((ws_gmem,) if scales in ("rows", "groups") else ())
 
+    if reloaded:  # the first group's float32 sum comes back through the staging buffer;
+        # narrower outputs are staged in the first half of each warpgroup's slot, aliased
+        staging = plgpu.SMEM((wgs, WG_ROWS, staged), F32, transforms=swizzled(F32, staged))
+        if out_gmem.dtype != F32:
+            staging = plgpu.RefUnion(staging, plgpu.SMEM(
+                (wgs, 4 // out_gmem.dtype.itemsize, WG_ROWS, staged), out_gmem.dtype,
+                transforms=swizzled(out_gmem.dtype, staged)))
+        scratch.update(reload_bar=plgpu.Barrier(num_arrivals=1, num_barriers=wgs))
+    else:
+        staging = plgpu.SMEM((wgs, WG_ROWS, staged), out_gmem.dtype,
+                             transforms=swizzled(out_gmem.dtype, staged))
+
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(*pipeline_refs),
-        out_smem=plgpu.SMEM((wgs, WG_ROWS, store_cols(block_m, stored_groups)), out_gmem.dtype,
-                            transforms=swizzled(out_gmem.dtype,
-                                                store_cols(block_m, stored_groups))),
-        collective_axes="wg", **scratch,
+        out_smem=staging, collective_axes="wg", **scratch,
     )
-    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None):
+    def _scope(allocs, out_smem, a_smem=None, ws_tile=None, ws_bar=None, reload_bar=None):
         # parked: the first group's float32 sum waits in out_smem (the kernel then writes
         # float32: _launch) -- a buffer of its own would cost one of the three pipeline stages
         # at 128-row x tiles. (Both spill without wgmma_halves: NOTES.md sessions 15-16)
         park_smem = out_smem if parked else None
+        out_view = out_smem  # where the output is staged
+        if reloaded and out_gmem.dtype != F32:
+            out_smem, out_view = out_smem[0], out_smem[1].at[:, 0]
         if stream is not None:
             return streamed(allocs, out_smem, a_smem, ws_tile, ws_bar)
         t = lax.axis_index("tile")
@@ -435,10 +452,39 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
             store_wg_rows(total, out_smem=out_smem, out_gmem=out_gmem.at[split * slabs + part],
                           row_slice=n_slice, col_slice=m_slice)
 
+        def store_first(total):  # the first group's sum (stored_groups: slab 0)
+            if reloaded:
+                store_wg_rows(total, out_smem=out_smem, out_gmem=first_gmem,
+                              row_slice=n_slice, col_slice=m_slice)
+            else:
+                store_part(total, 0)
+
         if stored_groups:  # the first group's sum went to slab 0 (body), the second's to 1
             def context(run):
                 zero = zero_total((WG_ROWS, block_m))  # (out_smem holds half the columns)
                 store_part(run((zero, zero))[1], 1)
+        elif reloaded:  # the first group's sum read back, piece by piece, and added
+            def context(run):
+                zero = zero_total((WG_ROWS, block_m))
+                second = run((zero, zero))[1]
+                wg = lax.axis_index("wg")
+                rows = pl.ds(wg * WG_ROWS, WG_ROWS)
+                for c in range(0, block_m, staged):
+                    cols = pl.ds(m_slice.start + c, staged)
+                    # first: the first group's slab written whole (not only read out); then the
+                    # slot's last store read
+                    plgpu.wait_smem_to_gmem(0, wait_read_only=c > 0)
+                    plgpu.copy_gmem_to_smem(first_gmem.at[n_slice].at[rows, cols],
+                                            out_smem.at[wg], reload_bar.at[wg])
+                    plgpu.barrier_wait(reload_bar.at[wg])
+                    total = (plgpu.load(out_smem.at[wg], layout=plgpu.Layout.WGMMA)
+                             + second[:, c:c + staged])  # (park's order: first + second)
+                    if out_view is not out_smem:  # every thread's read done: the narrower
+                        plgpu.commit_smem()  # output overwrites the same bytes
+                    out_view[wg] = total.astype(out_view.dtype)
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(out_view.at[wg],
+                                            out_gmem.at[split].at[n_slice].at[rows, cols])
         elif slabs > 1:  # every part stored as it ends (store_part)
             def context(run):
                 run(zero_total(out_smem.shape[1:]))
@@ -457,7 +503,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
                                         out_gmem=out_gmem.at[split], row_slice=n_slice,
                                         col_slice=m_slice, parts=k_parts > 1)
         step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps,
-                                      store_part=store_part, park_smem=park_smem)
+                                      store_part=store_part, store_first=store_first,
+                                      park_smem=park_smem)
         # x's last tile may reach past its rows: TMA fills those with zeros
         pipeline(step_body, context, lambda i: (0, split * steps + i))(
             w_gmem.at[n_slice], x_gmem.at[m_slice], *ws_refs, allocations=allocs)
@@ -465,11 +512,11 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, *, stages: int, group_m: int,
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def store_cols(block_m: int, stored_groups: bool) -> int:
-    """Columns of a warpgroup's output staging buffer: stored groups' float32 sums go in halves
-    of the x tile, so that at 128-row x tiles a third pipeline stage of predecoded bf16 tiles
-    fits beside it (3 x 64 KB + 32 KB); else the whole tile at once."""
-    return block_m // 2 if stored_groups and block_m >= 16 else block_m
+def store_cols(block_m: int, halved: bool) -> int:
+    """Columns of a warpgroup's output staging buffer: stored (or reloaded) groups' float32
+    sums go in halves of the x tile, so that at 128-row x tiles a third pipeline stage of
+    predecoded bf16 tiles fits beside it (3 x 64 KB + 32 KB); else the whole tile at once."""
+    return block_m // 2 if halved and block_m >= 16 else block_m
 
 
 def _x_tile(m: int) -> int:
@@ -803,7 +850,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     (the dispatcher: 2). halves: whether the weights' decode takes wgmma_halves where
     halves_pay says (group_a16_mgpu: not for e2m1 codes). predecode: whether it takes the
     predecoded weights from PREDECODE_MIN_M rows on (then never the halves: they are a
-    register conversion; group_a16_mgpu: the formats of PREDECODE_FORMATS)."""
+    register conversion; group_a16_mgpu: the formats of PREDECODE_FORMATS), a CTA holding both
+    groups then reloading the first's sum up to RELOAD_MAX_K, else storing it (groups_sum)."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
             DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret,
@@ -815,8 +863,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
         small = {**small, "predecode": True}
         if holds_both_groups(small.get("k_groups", 1), small.get("k_splits", 1),
                              small.get("k_parts", 1), small.get("parts_sum", "cond"),
-                             "programs" in small):
-            small["groups_sum"] = "store"  # (STORED_GROUPS)
+                             "programs" in small):  # (STORED_GROUPS, RELOAD_MAX_K)
+            small["groups_sum"] = "reload" if k <= RELOAD_MAX_K else "store"
     elif halves and not interpret and halves_pay(small):
         small = {**small, "wgmma_halves": True}
     return dict(a_in_registers=not interpret, **small)
@@ -840,6 +888,15 @@ PREDECODE_MIN_M = 4096
 # det/default at M=4096 1.20-1.29 -> 0.96-1.22 (4096x4096 / 4096x6144 1.21 / 1.22, the rest
 # 0.96-1.08), at M=16384 1.17-1.40 -> 0.97-1.23; MX det (bench_fp4_mx.py --parts
 # detgroupsstore, 4 shapes) 1.40-1.49 -> 1.18-1.42 at M=4096.
+# RELOAD_MAX_K: up to this K they reload instead (groups_sum="reload": the first group's sum
+# read back by its CTA, the 16-bit output written whole) -- the XLA pass that reads two float32
+# slabs goes, and at short K the first group's slab is still in L2 when it is read back; at
+# longer K the read-back's latency, paid in every CTA's epilogue, costs more than the pass.
+# H200, session 18 (sweep_fp8.py --parts groups_reload, fp8_block_a16 det, M=4096, same run),
+# time reload / store: K=4096 0.92-0.93 (det/default 1.20 -> 1.10, 1.20 -> 1.11), K=8192
+# 0.98-0.99, K=14336 1.00, K=18432 / 28672 1.01; MX det (bench_fp4_mx.py --parts
+# detgroupsreload, K >= 8192) 1.00-1.02.
+RELOAD_MAX_K = 8192
 
 
 # In-CTA parts folded in registers (parts_sum="cond", not streamed) hold three float32
@@ -1022,7 +1079,10 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       group's sum: "park" (in shared memory, added to the second's at the end; the kernel
       writes float32) or "store" (each group's sum to a float32 slab of its own, the slabs
       added after as K ranges' are, the stores staged in halves of the x tile: one 64 KB
-      pipeline stage more at 128-row tiles). The same sums either way.
+      pipeline stage more at 128-row tiles) or "reload" (the first group's sum to a float32
+      buffer of its own, read back by the CTA at the end, added to the second's there and the
+      output written in out_dtype; staged in halves too, 16-bit outputs aliased with the
+      float32 pieces' bytes). The same sums either way.
     wgmma_halves: each K-block's weights converted and multiplied in two halves of 64 columns,
       the first half's wgmmas waited on before the second is converted (blocks_per_step=1,
       a_load="wgmma"): the same wgmma chain, so the same sums, with 16 fewer registers live
@@ -1051,7 +1111,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
         raise ValueError(f"a_load must be one of {A_LOADS}, got {a_load!r}")
     if wgmma_halves and a_load != "wgmma":
         raise ValueError(f"wgmma_halves reads the weights with a_load='wgmma', got {a_load!r}")
-    check_predecode(predecode, a_load, wgmma_halves, ("wgmma",))
+    check_predecode(predecode, a_load, wgmma_halves, ("wgmma",), groups_sum)
     scale_shape = {"block": (n // BLOCK, k // BLOCK), "channel": (n, 1), "tensor": (1, 1)}
     if scale_kind not in scale_shape:
         raise ValueError(f"scale_kind must be one of {tuple(scale_shape)}, got {scale_kind!r}")
@@ -1074,15 +1134,20 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
 
 
 def check_predecode(predecode: bool, a_load: str, wgmma_halves: bool,
-                    loads: tuple[str, ...]) -> None:
+                    loads: tuple[str, ...], groups_sum: str = "park") -> None:
     """predecode (bool) with the other weight-reading settings: the decoded weights are read
     by wgmma itself, so neither the halves' register conversion nor a load other than `loads`
-    (those whose K order the decoded weights can take) applies."""
+    (those whose K order the decoded weights can take) applies. groups_sum="reload" runs on
+    predecoded weights only: with weights decoded in registers it was no faster (H200, session
+    18: 1.00-1.02x the park at M=1024), and Mosaic GPU's interpreter deadlocks on that form
+    with 16-bit outputs (unexplained; the GPU gave the park's bits)."""
     if not isinstance(predecode, bool):
         raise ValueError(f"predecode must be a bool, got {predecode!r}")
     if predecode and (a_load not in loads or wgmma_halves):
         raise ValueError(f"predecode reads decoded weights from shared memory: it takes neither "
                          f"a_load={a_load!r} nor wgmma_halves={wgmma_halves}")
+    if groups_sum == "reload" and not predecode:
+        raise ValueError("groups_sum='reload' runs on predecoded weights only (predecode=True)")
 
 
 def check_launch(m: int, n: int, k: int, *, block_m: int, k_splits: int, k_parts: int,
@@ -1200,15 +1265,16 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     if k_perm is not None:  # x's K as the weights' reach the MMA (decode_words' pairing, or
         # predecoded weights permuted so)
         x = permute_k(x, k_perm)
-    # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
-    # of >= 32 bytes
-    narrow = block_m * out_dtype.itemsize < 32
     tile_rows = compute_wgs * WG_ROWS
     tiles, k_steps = n // tile_rows, k // BLOCK // blocks_per_step
     stream = None if programs is None else Stream.of(tiles, k_steps, programs, k_parts)
     both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, stream is not None)
     parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
-    group_slabs, sum_groups = 0, 1 if parked else k_groups
+    reloaded = both and groups_sum == "reload"
+    # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
+    # of >= 32 bytes (reloaded groups store pieces of the staging's columns)
+    narrow = store_cols(block_m, reloaded) * out_dtype.itemsize < 32
+    group_slabs, sum_groups = 0, 1 if parked or reloaded else k_groups
     if stream is not None:
         pieces = group_pieces(tiles, k_steps, programs, k_parts, k_groups,
                               folded=k_parts > 1 and parts_sum == "cond")
@@ -1218,12 +1284,12 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         slabs = k_splits * (k_parts if parts_sum == "store" else k_groups if stored_groups else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
                   or parked else out_dtype)
-    stages = _stages(stages, block_m, x.dtype.itemsize, kernel_out.itemsize,
+    stages = _stages(stages, block_m, x.dtype.itemsize, 4 if reloaded else kernel_out.itemsize,
                      a_in_registers or a_load == "smem",
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
                      dtypes.itemsize_bits(w.dtype),
                      GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0,
-                     store_cols(block_m, stored_groups))
+                     store_cols(block_m, stored_groups or reloaded))
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -1237,10 +1303,14 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
                           group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs,
                           wgmma_halves=wgmma_halves, groups_sum=groups_sum),
-        jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
+        jax.ShapeDtypeStruct((slabs, n, mp), kernel_out) if not reloaded else
+        (jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
+         jax.ShapeDtypeStruct((n, mp), F32)),  # (the first groups' sums: read back, dropped)
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
+    if reloaded:
+        y = y[0]
     if stream is not None:  # a tile's pieces (or parts) in K order: one slab a group
         y, slabs = _sum_pieces(y, pieces, tile_rows, k_groups), k_groups
         sum_groups = 1  # (the groups' sums, added in order below)

@@ -200,7 +200,8 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     predecode = params.pop("predecode", False)
     if predecode and "wgmma_halves" not in overrides:  # (launch_params' choice for the decode)
         params.pop("wgmma_halves", None)
-    check_predecode(predecode, a_load, params.get("wgmma_halves", False), GROUP_A_LOADS)
+    check_predecode(predecode, a_load, params.get("wgmma_halves", False), GROUP_A_LOADS,
+                    params.get("groups_sum", "park"))
     if params["a_in_registers"] == bool(interpret):
         raise ValueError("the group decode runs in registers on the GPU (inline PTX) and from "
                          "shared memory in the interpreter; a_in_registers must be "

@@ -13,15 +13,11 @@ import pytest
 from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
 from pallas_kernels import fp8_block_a16_mgpu
-from pallas_kernels.fp8_block_a16_mgpu import (DET_GPU_MIN_X_TILE, DET_GROUPS_MAX_N,
-                                                DET_MIN_X_TILE, Stream, _x_tile,
-                                                _launch, check_launch,
-                                                _scale_operand, decode_params, det_params,
-                                                det_stream_params,
-                                                PREDECODE_MIN_M, fp8_block_a16_matmul_mgpu,
-                                                halves_pay,
-                                                launch_params, range_params, stream_params,
-                                                stream_programs, stream_slabs)
+from pallas_kernels.fp8_block_a16_mgpu import (
+    DET_GPU_MIN_X_TILE, DET_GROUPS_MAX_N, DET_MIN_X_TILE, PREDECODE_MIN_M, RELOAD_MAX_K, Stream,
+    _launch, _scale_operand, _x_tile, check_launch, decode_params, det_params, det_stream_params,
+    fp8_block_a16_matmul_mgpu, halves_pay, launch_params, range_params, stream_params,
+    stream_programs, stream_slabs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 from pallas_kernels.group_a16_mgpu import PREDECODE_FORMATS, group_launch_params
@@ -38,7 +34,8 @@ def _operands(rng, m, n, k, dtype=jnp.bfloat16, scale_kind="block"):
     return x, w, ws
 
 
-def _option_keeps_the_bits(rng, m, option, values, params, *, interpret):
+def _option_keeps_the_bits(rng, m, option, values, params, *, interpret,
+                           out_dtype=jnp.float32):
     """The kernel with `option` set to each of `values` (on top of params): every result bitwise
     the first, the last within the float64 bound. Interpreter: a small size (N=512, room for
     256-row tiles), shared-memory A; GPU: a real size."""
@@ -46,10 +43,11 @@ def _option_keeps_the_bits(rng, m, option, values, params, *, interpret):
     x, w, ws = _operands(rng, m, n, k)
     mode = dict(interpret=True, a_in_registers=False) if interpret else {}
     ys = [np.asarray(jax.jit(lambda *a, v=v: fp8_block_a16_matmul_mgpu(
-        *a, out_dtype=jnp.float32, **{option: v}, **mode, **params))(x, w, ws)) for v in values]
+        *a, out_dtype=out_dtype, **{option: v}, **mode, **params))(x, w, ws)).astype(np.float32)
+          for v in values]
     for y in ys[1:]:
         np.testing.assert_array_equal(y, ys[0])
-    _check(jnp.asarray(ys[-1]), x, w, ws, jnp.float32)
+    _check(jnp.asarray(ys[-1]).astype(out_dtype), x, w, ws, out_dtype)
 
 
 def _check(y, x, w, ws, out_dtype):
@@ -705,17 +703,19 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
     halves); the group formats only in deterministic mode and only those of
     PREDECODE_FORMATS -- NVFP4 keeps its register decode."""
     monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
-    for n, k in ((8192, 8192), (57344, 8192), (4096, 14336)):
+    for n, k in ((8192, 8192), (57344, 8192), (4096, 14336), (6144, 4096)):
         for det in (False, True):
             for interpret in (False, True):
                 p = launch_params(PREDECODE_MIN_M, n, k, interpret, deterministic=det)
                 assert p.get("predecode") and "wgmma_halves" not in p, p
             assert "predecode" not in launch_params(PREDECODE_MIN_M // 2, n, k, False,
                                                     deterministic=det)
-        # stored groups only where a predecoded CTA holds both groups (two-group N)
+        # stored (up to RELOAD_MAX_K reloaded) groups only where a predecoded CTA holds both
+        # groups (two-group N)
         det = launch_params(PREDECODE_MIN_M, n, k, False, deterministic=True)
-        assert (det.get("groups_sum") == "store") == (det.get("k_groups", 1) == 2
-                                                      and det["k_splits"] == 1), det
+        both = det.get("k_groups", 1) == 2 and det["k_splits"] == 1
+        assert det.get("groups_sum") == (None if not both else
+                                         "reload" if k <= RELOAD_MAX_K else "store"), det
         assert "groups_sum" not in launch_params(PREDECODE_MIN_M // 2, n, k, False,
                                                  deterministic=True)
         for fmt in ("nvfp4", "mxfp4", "mxfp8"):
@@ -1039,8 +1039,8 @@ def test_interpreter_stored_groups_give_the_parked_bits(rng, m, params):
 
 def test_groups_sum_is_checked(rng):
     x, w, ws = _operands(rng, 8, 256, 1024)
-    with pytest.raises(ValueError, match=r"groups_sum must be one of \('park', 'store'\), "
-                                         r"got 'slabs'"):
+    with pytest.raises(ValueError, match=r"groups_sum must be one of \('park', 'store', "
+                                         r"'reload'\), got 'slabs'"):
         fp8_block_a16_matmul_mgpu(x, w, ws, block_m=8, k_parts=4, k_groups=2,
                                   groups_sum="slabs", interpret=True, a_in_registers=False)
 
@@ -1063,5 +1063,49 @@ def test_lowers_for_cuda_on_cpu_with_stored_groups():
                                       (300, dict(block_m=64, k_parts=4, k_groups=2)),
                                       (40, dict(block_m=16, k_parts=8, k_groups=2))])
 def test_gpu_stored_groups_give_the_parked_bits(rng, m, params):
-    """The gate for groups_sum="store" on the GPU: bitwise the parked launch's sums."""
-    _option_keeps_the_bits(rng, m, "groups_sum", ("park", "store"), params, interpret=False)
+    """The gate for groups_sum="store" (and, on predecoded weights, "reload") on the GPU:
+    bitwise the parked launch's sums."""
+    _option_keeps_the_bits(rng, m, "groups_sum", ("park", "store") + (
+        ("reload",) if params.get("predecode") else ()), params, interpret=False)
+
+
+# -- groups_sum="reload" (session 18): the first group's sum read back by its CTA --
+
+@pytest.mark.parametrize("m,params,out_dtype", [
+    (20, dict(block_m=16, k_parts=4, k_groups=2), jnp.bfloat16),
+    (20, dict(block_m=32, k_parts=8, k_groups=2), jnp.bfloat16),
+    (40, dict(block_m=32, k_parts=4, k_groups=2, compute_wgs=4), jnp.float32)])
+def test_interpreter_reloaded_groups_give_the_stored_bits(rng, m, params, out_dtype):
+    """The first group's float32 sum (predecoded weights) stored to a buffer of its own and
+    read back by the CTA, added to the second's there (first + second, as the park and the
+    slabs' sum), the output written rounded -- at 16-bit outputs through a staging buffer
+    aliased with the float32 one's bytes; 16-row x tiles' 8-column pieces are too narrow for
+    16-bit TMA rows, so they write float32."""
+    params = {**params, "predecode": True}
+    _option_keeps_the_bits(rng, m, "groups_sum", ("store", "reload", "park"), params,
+                           interpret=True, out_dtype=out_dtype)
+
+
+def test_lowers_for_cuda_on_cpu_with_reloaded_groups():
+    """Reloaded groups at deterministic mode's predecoded 128-row launch (three stages of bf16
+    tiles beside the halved staging), bf16 output; refused on weights decoded in registers."""
+    m, n, k = 4096, 8192, 8192
+    p = launch_params(m, n, k, False, deterministic=True)
+    assert p["groups_sum"] == "reload" and p["predecode"] and p["k_groups"] == 2
+    _assert_lowers_for_cuda(m, n, k, p)
+    with pytest.raises(ValueError, match=r"groups_sum='reload' runs on predecoded weights"):
+        _assert_lowers_for_cuda(1024, n, k, {**launch_params(1024, n, k, False,
+                                                             deterministic=True),
+                                             "groups_sum": "reload"})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,params", [(4096, dict(k_parts=8, k_groups=2, predecode=True)),
+                                      (1000, dict(k_parts=8, k_groups=2, predecode=True)),
+                                      (300, dict(block_m=64, k_parts=4, k_groups=2,
+                                                 predecode=True))])
+def test_gpu_reloaded_groups_give_the_stored_bits_in_bf16(rng, m, params):
+    """Reloaded groups' 16-bit output (the staging aliased with the float32 reload's bytes):
+    bitwise the stored groups' rounded sums."""
+    _option_keeps_the_bits(rng, m, "groups_sum", ("store", "reload"), params,
+                           interpret=False, out_dtype=jnp.bfloat16)

@@ -707,6 +707,16 @@ def test_gpu_predecoded_codes_give_the_same_bits(rng, fmt, a_load, m, launch):
                                         ("mxfp8", "wgmma")])
 @pytest.mark.parametrize("predecode", [False, True])
 def test_gpu_group_stored_groups_give_the_parked_bits(rng, fmt, a_load, predecode):
-    """groups_sum="store" in the group formats: bitwise the parked launch's sums."""
-    _group_option_keeps_the_bits(rng, fmt, 1024, "groups_sum", ("park", "store"), dict(
-        a_load=a_load, predecode=predecode, k_parts=8, k_groups=2))
+    """groups_sum="store" (and, predecoded, "reload") in the group formats: bitwise the parked
+    launch's sums."""
+    _group_option_keeps_the_bits(rng, fmt, 1024, "groups_sum", ("park", "store") + (
+        ("reload",) if predecode else ()), dict(a_load=a_load, predecode=predecode, k_parts=8,
+                                                k_groups=2))
+
+
+def test_interpreter_group_reloaded_groups_give_the_parked_bits(rng):
+    """groups_sum="reload" on predecoded e2m1 words (x's K permuted): the parked launch's
+    bits (the group kernels write float32: their finish scales the sums)."""
+    _group_option_keeps_the_bits(rng, "mxfp4", 20, "groups_sum", ("park", "reload"), dict(
+        a_load="words", predecode=True, interpret=True, a_in_registers=False, block_m=32,
+        k_parts=4, k_groups=2, out_dtype=jnp.float32), n=256, k=2048)
