@@ -216,6 +216,8 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         if col is None:
             return yt
         return yt / col if post == "div" else yt * col
+    if f.post_factor == 1 and col is None:  # (MX) nothing to apply: the kernel may round and
+        finish = None  # write out_dtype itself, as the same float32 sums rounded once
     if predecode:  # the values decode() gives, K-blocks permuted as decode_words hands them
         w_dec = predecode_weights(w, scales, f)
         perm = "halves" if a_load == "words" else None

@@ -540,6 +540,21 @@ def test_interpreter_mx_matches_the_float64_reference(rng, fmt, m, launch):
     _check(got, _mx_reference(fmt, x, w, scale))
 
 
+@pytest.mark.parametrize("launch", [dict(block_m=32),
+                                    dict(block_m=32, k_parts=4, k_groups=2, predecode=True,
+                                         groups_sum="reload")])
+def test_interpreter_mx_kernel_rounds_its_own_sums(rng, launch):
+    """MX formats have no factor to apply after the MMA, so the kernel writes bf16 itself (one
+    range; reloaded groups through the aliased staging): bitwise its float32 sums rounded."""
+    x, w, scale = (jnp.asarray(a) for a in _mx_operands(rng, "mxfp8", 20, 256, 1024))
+    f32 = group_a16_matmul_mgpu("mxfp8", x, w, scale, interpret=True, out_dtype=jnp.float32,
+                                **launch)
+    got = group_a16_matmul_mgpu("mxfp8", x, w, scale, interpret=True, **launch)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                  np.asarray(f32.astype(jnp.bfloat16), np.float32))
+
+
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
 @pytest.mark.parametrize("m,n,k,deterministic", [(1, 4096, 4096, False),
                                                  (16, 24576, 7168, False),
