@@ -166,6 +166,8 @@ CURRENT = (
     ("h200_fp8_grid_predecode_s17.json", None), ("h200_fp4_grid_det_predecode_s17.json", None),
     ("h200_fp8_grid_stored_groups_s17.json", None),
     ("h200_fp4_grid_stored_groups_s17.json", None),
+    ("h200_fp8_grid_reload_s18.json", None), ("h200_fp8_grid_reload_m16384_s18.json", None),
+    ("h200_fp4_grid_reload_s18.json", None), ("h200_fp4_grid_mx_rounded_s18.json", None),
 )
 
 
@@ -418,6 +420,22 @@ def main() -> int:
          "dispatcher in both modes with MX predecode, 5 shapes, M=1024/4096 (session 17 call 3)"),
         ("h200_fp4_grid_stored_groups_s17.json", "The same with stored groups, M=4096 (session "
          "17 call 7: figures of record)"),
+        ("h200_fp8_sweep_groups_reload_s18.json", "Deterministic launches with reloaded "
+         "groups (`_det_gr`: the first group's sum read back by its CTA) vs the dispatcher's "
+         "(`_det`: M=1024 parked, M=4096 predecoded and stored), the 7 shapes with N <= 16384, "
+         "same run (session 18 call 1; `_det_gr4`: 4 stages, not adopted)"),
+        ("h200_fp4_det_groups_reload_s18.json", "NVFP4 / MXFP4 / MXFP8: deterministic mode "
+         "beside reloaded groups (`var[mgpu-det-reload]`), M=4096, 4 shapes (session 18 call "
+         "1)"),
+        ("h200_fp8_grid_reload_s18.json", "FP8 W8A16 (block, channel) through the dispatcher "
+         "in both modes with reloaded groups, M=4096, 11 shapes (session 18 call 2: figures "
+         "of record)"),
+        ("h200_fp8_grid_reload_m16384_s18.json", "fp8_block_a16 the same at M=16384 (session "
+         "18 call 3)"),
+        ("h200_fp4_grid_reload_s18.json", "NVFP4 / MXFP4 / MXFP8 weight-only through the "
+         "dispatcher in both modes with reloaded groups, M=4096, 5 shapes (session 18 call 2)"),
+        ("h200_fp4_grid_mx_rounded_s18.json", "MXFP4 / MXFP8 the same after their kernel "
+         "writes bf16 itself (session 18 call 3: figures of record)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "

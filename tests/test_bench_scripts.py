@@ -49,11 +49,12 @@ def test_bench_fp4_mx_grid_mid_and_det_parts(tmp_path):
 
 def test_bench_tp_two_host_devices(tmp_path):
     out = tmp_path / "tp.json"
+    # (two token counts: the default's third, 256, is the same code path and doubled CI's time)
     _run(["benchmarks/bench_tp.py", "--small", "--devices", "2", "--layers", "1", "--reps", "1",
-          "--det", "--out", str(out)], tmp_path, devices=2)
+          "--m", "1,16", "--det", "--out", str(out)], tmp_path, devices=2)
     rows = json.loads(out.read_text())["rows"]
     assert {(r["style"], r["m"]) for r in rows} == {
-        (s, m) for s in ("megatron", "column") for m in (1, 16, 256)}
+        (s, m) for s in ("megatron", "column") for m in (1, 16)}
     assert all(r["det_bitwise"] for r in rows if r["style"] == "column")
     assert all("device_tn_det_us" in r for r in rows)
 
