@@ -41,7 +41,10 @@ Its decode streams the tiles' whole K parts (Stream with parts; session 11: det/
 DET_GROUPS_MAX_N rows sum the parts as two groups (k_groups), so that deterministic mode can
 run default mode's two K ranges where those fill the SMs. Since session 16 its in-CTA parts at
 128-row x tiles multiply each K-block in two halves (wgmma_halves: the same sums), which keeps
-their three accumulators from spilling (halves_pay).
+their three accumulators from spilling (halves_pay). Since session 17 from PREDECODE_MIN_M rows
+the weights are decoded to bf16 by XLA first (predecode), and CTAs holding both groups store
+the first's sum (groups_sum); since session 18, up to RELOAD_MAX_K, they read it back and
+write the rounded output themselves ("reload").
 """
 
 from __future__ import annotations
@@ -74,8 +77,7 @@ __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "holds_both_groups",
            "one_left_fold", "group_pieces", "halves_pay", "HALVES_MIN_X_TILE",
            "launch_params", "check_predecode", "PREDECODE_MIN_M", "RELOAD_MAX_K",
-           "stream_params",
-           "stream_programs", "blocks_per_step",
+           "stream_params", "stream_programs", "blocks_per_step",
            "with_two_block_steps", "step_unit", "stream_slabs", "Stream",
            "X_TILES", "DET_MIN_X_TILE", "DET_GPU_MIN_X_TILE"]
 
@@ -429,6 +431,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
         # parked: the first group's float32 sum waits in out_smem (the kernel then writes
         # float32: _launch) -- a buffer of its own would cost one of the three pipeline stages
         # at 128-row x tiles. (Both spill without wgmma_halves: NOTES.md sessions 15-16)
+        # Reloaded: out_smem is the float32 staging, out_view the output's (the same bytes)
         park_smem = out_smem if parked else None
         out_view = out_smem  # where the output is staged
         if reloaded and out_gmem.dtype != F32:
