@@ -1046,9 +1046,9 @@ def test_groups_sum_is_checked(rng):
 
 
 def test_lowers_for_cuda_on_cpu_with_stored_groups():
-    """Stored groups at deterministic mode's predecoded 128-row launch: three pipeline stages
-    of bf16 tiles beside the halved staging buffer, lowered for CUDA."""
-    m, n, k = 4096, 8192, 8192
+    """Stored groups at deterministic mode's predecoded 128-row launch (K past RELOAD_MAX_K):
+    three pipeline stages of bf16 tiles beside the halved staging buffer, lowered for CUDA."""
+    m, n, k = 4096, 8192, 14336
     p = launch_params(m, n, k, False, deterministic=True)
     assert p["k_groups"] == 2 and p["predecode"] and p["block_m"] == 128
     assert p["groups_sum"] == "store" and p["k_splits"] == 1 and p["k_parts"] > 1
