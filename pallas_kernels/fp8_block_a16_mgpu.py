@@ -121,7 +121,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
             group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0,
-            wgmma_halves: bool = False, groups_sum: str = "park"):
+            wgmma_halves: bool = False, first_sum: str | None = None):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
@@ -141,14 +141,13 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
         gb = fmt.scale_bytes  # scale bytes per K-block and row
         g_tile = group_tile_blocks(blocks, gb)  # K-blocks per scale tile
 
-    # k_groups > k_splits: a CTA's range holds two groups of parts (check_launch): the first
-    # group's sum waits in shared memory (park_smem) for the second's, or (groups_sum="store")
-    # each group's sum goes to its own float32 slab, added after (_launch), or ("reload") the
-    # first's goes to first_gmem and the CTA reads it back to add to the second's (_scope)
-    both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, stream is not None)
-    parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
-    reloaded = both and groups_sum == "reload"
-    staged = store_cols(block_m, stored_groups or reloaded)  # output staging columns
+    # first_sum (_launch): where a CTA holding both groups of parts keeps the first's sum --
+    # in shared memory (park_smem) for the second's ("park"), in a float32 slab of its own
+    # beside the second's, added after ("store"), or in first_gmem, read back by the CTA to
+    # add to the second's ("reload", _scope); None: no CTA holds both
+    both = first_sum is not None
+    parked, stored_groups, reloaded = (first_sum == v for v in ("park", "store", "reload"))
+    staged = store_cols(block_m, first_sum)  # output staging columns
 
     def body(idx, w_smem, x_smem, *refs, a_smem, ws_tile, first, store_part, store_first,
              park_smem):
@@ -515,11 +514,20 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def store_cols(block_m: int, halved: bool) -> int:
+def store_cols(block_m: int, first_sum: str | None) -> int:
     """Columns of a warpgroup's output staging buffer: stored (or reloaded) groups' float32
     sums go in halves of the x tile, so that at 128-row x tiles a third pipeline stage of
     predecoded bf16 tiles fits beside it (3 x 64 KB + 32 KB); else the whole tile at once."""
+    halved = first_sum in ("store", "reload")
     return block_m // 2 if halved and block_m >= 16 else block_m
+
+
+def first_sum_kept(groups_sum: str, k_groups: int, k_splits: int, k_parts: int,
+                   parts_sum: str, streamed: bool) -> str | None:
+    """Where a launch's CTAs keep the first group's sum: groups_sum where they hold both groups
+    (holds_both_groups), else None (nothing to keep)."""
+    both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, streamed)
+    return groups_sum if both else None
 
 
 def _x_tile(m: int) -> int:
@@ -1271,12 +1279,13 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     tile_rows = compute_wgs * WG_ROWS
     tiles, k_steps = n // tile_rows, k // BLOCK // blocks_per_step
     stream = None if programs is None else Stream.of(tiles, k_steps, programs, k_parts)
-    both = holds_both_groups(k_groups, k_splits, k_parts, parts_sum, stream is not None)
-    parked, stored_groups = both and groups_sum == "park", both and groups_sum == "store"
-    reloaded = both and groups_sum == "reload"
+    first_sum = first_sum_kept(groups_sum, k_groups, k_splits, k_parts, parts_sum,
+                               stream is not None)
+    parked, stored_groups, reloaded = (first_sum == v for v in ("park", "store", "reload"))
     # split (and K-sharded) results are summed in float32 and rounded once; TMA stores rows
-    # of >= 32 bytes (reloaded groups store pieces of the staging's columns)
-    narrow = store_cols(block_m, reloaded) * out_dtype.itemsize < 32
+    # of >= 32 bytes (reloaded groups store pieces of the staging's columns; stored groups
+    # write float32 slabs anyway)
+    narrow = store_cols(block_m, first_sum) * out_dtype.itemsize < 32
     group_slabs, sum_groups = 0, 1 if parked or reloaded else k_groups
     if stream is not None:
         pieces = group_pieces(tiles, k_steps, programs, k_parts, k_groups,
@@ -1292,7 +1301,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
                      dtypes.itemsize_bits(w.dtype),
                      GROUP_FORMATS[group_fmt].scale_bytes if scales == "groups" else 0,
-                     store_cols(block_m, stored_groups or reloaded))
+                     store_cols(block_m, first_sum))
     # x is not padded to whole tiles (an XLA pass of 1-2 us at decode, session 9): TMA reads
     # the rows past its end as zeros, and their outputs are sliced off below. Mosaic GPU's
     # TMA tiling takes row counts of at most 8 or multiples of 8: others are padded to those.
@@ -1305,7 +1314,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
                           group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs,
-                          wgmma_halves=wgmma_halves, groups_sum=groups_sum),
+                          wgmma_halves=wgmma_halves, first_sum=first_sum),
         jax.ShapeDtypeStruct((slabs, n, mp), kernel_out) if not reloaded else
         (jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
          jax.ShapeDtypeStruct((n, mp), F32)),  # (the first groups' sums: read back, dropped)

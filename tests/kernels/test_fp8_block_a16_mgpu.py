@@ -1072,16 +1072,15 @@ def test_gpu_stored_groups_give_the_parked_bits(rng, m, params):
 # -- groups_sum="reload" (session 18): the first group's sum read back by its CTA --
 
 @pytest.mark.parametrize("m,params,out_dtype", [
-    (20, dict(block_m=16, k_parts=4, k_groups=2), jnp.bfloat16),
-    (20, dict(block_m=32, k_parts=8, k_groups=2), jnp.bfloat16),
-    (40, dict(block_m=32, k_parts=4, k_groups=2, compute_wgs=4), jnp.float32)])
+    (20, dict(block_m=16, k_parts=4, k_groups=2, predecode=True), jnp.bfloat16),
+    (20, dict(block_m=32, k_parts=8, k_groups=2, predecode=True), jnp.bfloat16),
+    (40, dict(block_m=32, k_parts=4, k_groups=2, compute_wgs=4, predecode=True), jnp.float32)])
 def test_interpreter_reloaded_groups_give_the_stored_bits(rng, m, params, out_dtype):
     """The first group's float32 sum (predecoded weights) stored to a buffer of its own and
     read back by the CTA, added to the second's there (first + second, as the park and the
     slabs' sum), the output written rounded -- at 16-bit outputs through a staging buffer
     aliased with the float32 one's bytes; 16-row x tiles' 8-column pieces are too narrow for
     16-bit TMA rows, so they write float32."""
-    params = {**params, "predecode": True}
     _option_keeps_the_bits(rng, m, "groups_sum", ("store", "reload", "park"), params,
                            interpret=True, out_dtype=out_dtype)
 
