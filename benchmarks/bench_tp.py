@@ -42,21 +42,40 @@ def build(cfg: LlamaConfig, fmt: str) -> Llama:
     return model
 
 
+_FORWARDS: dict = {}
+
+
+def forward(model: Llama, deterministic: bool = False):
+    """(name, f): the model's forward jitted once per (model, mode) and kept -- the timings and
+    the checks of one row share its compile. The module is split once and merged inside the
+    jitted function: no NNX graph walk per call."""
+    key = (id(model), deterministic)
+    if key not in _FORWARDS:
+        graphdef, state = nnx.split(model)
+        name = f"tp_forward_{next(_IDS)}"
+
+        def fwd(s, x):
+            return nnx.merge(graphdef, s)(x, deterministic=deterministic)
+        fwd.__name__ = fwd.__qualname__ = name
+        f = jax.jit(fwd)
+        _FORWARDS[key] = (model, name, lambda x: f(state, x))  # (the model kept alive: id)
+    return _FORWARDS[key][1:]
+
+
+def forget(model: Llama) -> None:
+    """Drop the model's kept forwards (and with them the model's weights)."""
+    for key in [key for key in _FORWARDS if key[0] == id(model)]:
+        del _FORWARDS[key]
+
+
 def timed(model: Llama, ids: np.ndarray, reps: int, calls: int = 10,
           deterministic: bool = False) -> tuple[float, float]:
     """(wall, device) seconds per forward. Wall: `calls` jitted forwards dispatched back to back,
     median over `reps` samples -- at small M this is host dispatch, not the GPUs. Device (GPUs
     only): CUPTI kernel time of the forward's module per call, the busiest device's sum (NCCL
-    kernels included, so waiting for a peer counts). The module is split once and merged inside
-    the jitted function: no NNX graph walk per call."""
-    graphdef, state = nnx.split(model)
-    name = f"tp_forward_{next(_IDS)}"
-
-    def forward(s, x):
-        return nnx.merge(graphdef, s)(x, deterministic=deterministic)
-    forward.__name__ = forward.__qualname__ = name
-    f = jax.jit(forward)
-    jax.block_until_ready(f(state, ids))
+    kernels included, so waiting for a peer counts)."""
+    name, f = forward(model, deterministic)
+    jax.block_until_ready(f(ids))
     on_gpu = jax.default_backend() == "gpu"
     trace_dir = tempfile.mkdtemp(prefix="jqlin_tp_") if on_gpu else None
     if trace_dir:
@@ -64,7 +83,7 @@ def timed(model: Llama, ids: np.ndarray, reps: int, calls: int = 10,
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        jax.block_until_ready([f(state, ids) for _ in range(calls)])
+        jax.block_until_ready([f(ids) for _ in range(calls)])
         times.append((time.perf_counter() - t0) / calls)
     device = float("nan")
     if trace_dir:
@@ -84,6 +103,8 @@ def main() -> int:
                     help="comma list of model depths to time (1: one decoder layer)")
     ap.add_argument("--devices", type=int, default=len(jax.devices()))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=10,
+                    help="jitted forwards dispatched back to back per sample")
     ap.add_argument("--m", default="1,16,256", help="comma list of token counts")
     ap.add_argument("--styles", default="megatron,column", help="shard_model styles to time")
     ap.add_argument("--det", action="store_true",
@@ -103,7 +124,7 @@ def main() -> int:
     def save() -> None:  # after every row: a time box that cuts the run keeps what it measured
         if args.out:
             meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, devices=n,
-                        shape=shape, styles=styles, timing="wall: per jitted forward, 10 "
+                        shape=shape, styles=styles, timing=f"wall: per jitted forward, {args.calls} "
                         "dispatched back to back, median of reps; device: CUPTI kernel time per "
                         "forward of the busiest GPU", rows=rows)
             with open(args.out + ".tmp", "w") as fh:
@@ -115,24 +136,25 @@ def main() -> int:
         single = build(cfg, args.format)
         ids_by_m = {m: np.random.default_rng(m).integers(3, cfg.vocab_size, (1, m)).astype(np.int32)
                     for m in (int(v) for v in args.m.split(","))}
-        one = {m: timed(single, ids, args.reps) for m, ids in ids_by_m.items()}
-        one_det = {m: timed(single, ids, args.reps, deterministic=True)
+        one = {m: timed(single, ids, args.reps, args.calls) for m, ids in ids_by_m.items()}
+        one_det = {m: timed(single, ids, args.reps, args.calls, deterministic=True)
                    for m, ids in ids_by_m.items()} if args.det else {}
         for style in styles:
             tp = build(cfg, args.format)
             layout = shard_model(tp, mesh, "tp", style=style)
             for m, ids in ids_by_m.items():
-                (t1, d1), (tn, dn) = one[m], timed(tp, ids, args.reps)
-                err = float(jnp.linalg.norm(single(ids) - tp(ids)) / jnp.linalg.norm(single(ids)))
-                det = bool(np.array_equal(np.asarray(single(ids, deterministic=True)),
-                                          np.asarray(tp(ids, deterministic=True))))
+                (t1, d1), (tn, dn) = one[m], timed(tp, ids, args.reps, args.calls)
+                ref, out = forward(single)[1](ids), forward(tp)[1](ids)
+                err = float(jnp.linalg.norm(ref - out) / jnp.linalg.norm(ref))
+                det = bool(np.array_equal(np.asarray(forward(single, True)[1](ids)),
+                                          np.asarray(forward(tp, True)[1](ids))))
                 rows.append(dict(layers=layers, m=m, devices=n, format=args.format, style=style,
                                  t1_us=t1 * 1e6, tn_us=tn * 1e6, speedup=t1 / tn,
                                  device_t1_us=d1 * 1e6, device_tn_us=dn * 1e6,
                                  device_speedup=d1 / dn, rel_err_vs_1=err, det_bitwise=det,
                                  modes=sorted(set(layout.values()))))
                 if args.det:
-                    (_, d1d), (_, dnd) = one_det[m], timed(tp, ids, args.reps,
+                    (_, d1d), (_, dnd) = one_det[m], timed(tp, ids, args.reps, args.calls,
                                                            deterministic=True)
                     rows[-1].update(device_t1_det_us=d1d * 1e6, device_tn_det_us=dnd * 1e6,
                                     device_speedup_det=d1d / dnd)
@@ -143,7 +165,9 @@ def main() -> int:
                       f"{d1 * 1e6:9.1f} / {dn * 1e6:9.1f} us ({d1 / dn:5.2f}x); rel.err {err:.1e}"
                       f" det bitwise {det}", flush=True)
                 save()
+            forget(tp)
             del tp
+        forget(single)
         del single
     save()
     return 0

@@ -38,8 +38,9 @@ def test_bench_matmul_records_every_format_against_bf16(tmp_path):
 
 
 def test_bench_fp4_mx_grid_mid_and_det_parts(tmp_path):
-    # --tiny caps the grid's M at 32: the default M list would time M=32 five times over
-    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid,det", "--m", "1,16,32",
+    # --tiny caps the grid's M at 32: the default M list would time M=32 five times over (and
+    # M=16 runs M=1's code path in the script)
+    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid,det", "--m", "1,32",
           "--reps", "1", "--out", str(tmp_path)], tmp_path)
     labels = {r["label"] for r in _jsonl(tmp_path / "bench_fp4_mx.jsonl")}
     for fmt in ("nvfp4", "nvfp4_a16", "mxfp4", "mxfp4_a16", "mxfp8", "mxfp8_a16"):
@@ -51,6 +52,7 @@ def test_bench_tp_two_host_devices(tmp_path):
     out = tmp_path / "tp.json"
     # (two token counts: the default's third, 256, is the same code path and doubled CI's time)
     _run(["benchmarks/bench_tp.py", "--small", "--devices", "2", "--layers", "1", "--reps", "1",
+          "--calls", "1",
           "--m", "1,16", "--det", "--out", str(out)], tmp_path, devices=2)
     rows = json.loads(out.read_text())["rows"]
     assert {(r["style"], r["m"]) for r in rows} == {
