@@ -57,6 +57,7 @@ DETHALVES_SHAPES = DETRANGES_SHAPES + [("llama3-70b", 8192, 10240), ("llama3-70b
                                        ("deepseek-v3", 7168, 24576)]
 # det_park_ops / det_group_halves_ops: in-CTA parts at 128-row tiles (M = 256 / 4096)
 PARK_SHAPES = DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [("llama3-70b", 28672, 8192)]
+MIDM_SHAPES = [("llama3-8b", 4096, 4096), ("llama3-70b", 8192, 8192), ("llama3-8b", 14336, 4096)]
 DETSTREAM_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)]
 DETS_SHAPES = [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
                ("llama3-70b", 8192, 8192)]
@@ -130,6 +131,19 @@ def large_ops(k: int, n: int) -> list[bench.Op]:
 
 
 MID_SHAPES = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096)]
+
+
+def mid_m_ops(k: int, n: int) -> list[bench.Op]:
+    """M = 256-1023 (session 19): default mode's kernel beside each path it could take there
+    -- the Mosaic kernel (up to MGPU_MAX_M = 256), the Triton kernel (257 to 1023) and the
+    dense path (exact bf16 dequantization + XLA's GEMM, from DENSE_MIN_M = 1024). Not timed
+    before at 257-1023. Prediction: dense ahead of Triton there (session 12: Triton 0.51-0.56x
+    bf16 at M=256, dense ~0.9x at 4096), and of the Mosaic kernel at 256 on most shapes."""
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16", "nvfp4"):
+        ops += [_auto(fmt)] + [_variant(fmt, path, path=path)
+                               for path in ("dense", "mgpu", "pallas")]
+    return ops
 
 
 def mid_ops(k: int, n: int) -> list[bench.Op]:
@@ -614,6 +628,8 @@ def main(argv=None) -> int:
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes
             plan.append((MID_SHAPES, (256, 4096), det_blocks_ops))
+        elif part == "midm":  # M = 256-1023: which path (session 19)
+            plan.append((MIDM_SHAPES, (256, 512, 768), mid_m_ops))
         elif part == "mid":
             plan.append((MID_SHAPES, (64, 256), mid_ops))
         elif part == "det":

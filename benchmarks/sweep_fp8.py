@@ -297,6 +297,24 @@ def _mgpu_a16_op(fmt: str, a_in_registers: bool, small: str | dict | None = None
     return bench.Op(f"mgpu_a16_{'regs' if a_in_registers else 'smem'}{tag}", fmt, mode, fn)
 
 
+def _path_op(fmt: str, path: str) -> bench.Op:
+    """fmt through the dispatcher's kernel for it with fp8_path's choice replaced by `path`
+    ('pallas': the Triton kernels, 'dense': one XLA GEMM of the stored codes, 'mgpu': the
+    Mosaic GPU kernels) -- where a rule's threshold M sits (session 19's mid-M probe)."""
+    spec = formats.get(fmt)
+    apply = w8a16_apply if spec.activation is None else w8a8_apply
+    interpret = jax.default_backend() == "cpu"
+    fn = lambda x, qw: apply(x, qw, qw.spec, path=path, interpret=interpret)  # noqa: E731
+    return bench.Op(f"path_{path}", fmt, "default", fn,
+                    xla_gemm_min_m=0 if path == "dense" else None)
+
+
+# the paths each fp8 format can take at mid M (fp8_paths.fp8_path)
+MID_M_PATHS = {"fp8_per_tensor_a16": ("mgpu", "dense"), "fp8_per_channel_a16": ("mgpu", "dense"),
+               "fp8_block_a16": ("mgpu",), "fp8_per_tensor": ("pallas", "dense"),
+               "fp8_ptpc": ("pallas", "dense"), "fp8_block": ("pallas", "mgpu")}
+
+
 def _triton_block_op() -> bench.Op:
     """fp8_block through the Triton kernel at every M (the dispatcher leaves it at M >= 256)."""
     from jqlin.kernels.pallas_fp8 import w8a8_apply
@@ -569,6 +587,58 @@ def main(argv=None) -> int:
                      None if args.tiny else [s for s in (
                          (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns)
                          if s[2] <= 16384])
+    def mid_m(fmts, ms, shapes):  # the dispatcher's kernel beside each path it could take
+        if args.tiny:
+            shapes, ms, fmts = [("tiny", 512, 256)], (100,), ["fp8_per_channel_a16"]
+        for model, k, n in shapes:
+            ops = [bench.bf16_op()]
+            for fmt in fmts:
+                kname = ("pallas_fp8_block" if fmt == "fp8_block" else "pallas_fp8_w8a16"
+                         if formats.get(fmt).activation is None else "pallas_fp8_w8a8")
+                ops += [bench.kernel_op(kname, fmt)] + [
+                    _path_op(fmt, p) for p in MID_M_PATHS[fmt]
+                    if not (args.tiny and p == "mgpu")]  # (the interpreter's mgpu: too slow)
+            run_saved((model, k, n), ms, ops)
+
+    mid_shapes = [("llama3-8b", 4096, 4096), ("llama3-70b", 8192, 8192),
+                  ("llama3-8b", 14336, 4096), ("deepseek-v3", 7168, 24576)]
+    if "mid_m" in parts:  # M between the figures' 256 and 1024 (session 19 call 1)
+        # why: no figure of record covers M=257-1023, where fp8_paths switches paths (whole-K
+        # scales: Triton / Mosaic below DENSE_MIN_M = 1024, the dense XLA GEMM from it).
+        # Prediction: W8A8 per-tensor / ptpc's Triton kernel at M=512 is at or below the dense
+        # path (at 1024 dense ran 1.16-1.36x bf16 vs Triton's 1.01-1.11x, session 4); W8A16
+        # whole-K scales: mgpu and dense within ~10% at 512 (0.76x at 256 on mgpu, 0.72-0.81x
+        # at 1024 dense)
+        mid_m(list(MID_M_PATHS), (256, 512, 768, 1024), mid_shapes)
+    if "mid_m_w8a8" in parts:  # where W8A8's dense path starts (session 19 call 2)
+        # call 1: dense 1.09-1.26x the Triton kernel at M=256-768 on 8192x8192, 1.03-1.26x on
+        # 4096x4096. Prediction: Triton keeps M <= 64 (weight-streaming, its split-K decode
+        # configs), dense from 128 or 256
+        mid_m(["fp8_per_tensor", "fp8_ptpc"], (16, 64, 128, 256, 512), mid_shapes)
+    if "mid_m_a16" in parts:  # W8A16 whole-K scales: mgpu or dense at 512-1024 (session 19)
+        # call 1: equal on 8192x8192 (within its ~5% run-to-run), dense 1.2-1.4x at M=768 on
+        # 4096x4096 (mgpu's 6 x tiles x 32 weight tiles = 1.45 waves of 132 SMs); mgpu ahead
+        # at 512 (1.2-1.3x) and 1024 on 4096x4096. Prediction: the waves decide -- a rule by
+        # mgpu's wave fill, not by M alone
+        # (call 1 ran 4096x4096 and 8192x8192 at 256-1024: the other two shapes here)
+        mid_m(["fp8_per_tensor_a16", "fp8_per_channel_a16"], (512, 768, 1024), mid_shapes[2:])
+    if "default_parts" in parts:  # default mode's predecoded prefill launch as in-CTA parts (s19)
+        # why: session 18's figures of record ran fp8_block_a16's deterministic launch (8
+        # in-CTA parts, one fold, predecoded) 3-9% faster than default mode's one K range on
+        # the shapes of N > 16384 (8192x57344 6430 vs 7016 us at M=4096), with more work a
+        # step. Prediction: if the in-CTA parts' per-step cond is what helps (a schedule
+        # effect), k_parts=2 gains what 8 do; if it is neither, the gap is run-to-run and
+        # all three launches land within 2%. group_m 4 / 16: the weight tiles launched
+        # together (L2 reuse of x tiles) as the other knob that differs by shape
+        # call 1: k_parts=2 0.90-0.98 of auto on 8 of 10 cases, 14336x4096 1.00 / 1.06, k_parts=8
+        # in between; group_m no gain. Call 2 repeats it with k_parts=4 beside
+        a16_launches(("auto", dict(k_parts=2), dict(k_parts=4), dict(k_parts=8), dict(group_m=4),
+                      dict(group_m=16), "det"), (4096, 16384), (dict(k_parts=2), "det"),
+                     None if args.tiny else [("llama3-70b", 8192, 57344),
+                                             ("deepseek-v3", 7168, 24576),
+                                             ("llama3-8b", 4096, 28672),
+                                             ("llama3-70b", 8192, 8192),
+                                             ("llama3-8b", 14336, 4096)])
     if "predecode_m" in parts:  # the same at M = 2048 / 16384, 6 shapes (where it starts)
         a16_launches(("auto", "auto_pd", "det", "det_pd"), (2048, 16384), ("det", "det_pd"),
                      None if args.tiny else [("llama3-8b", 4096, 6144), ("llama3-70b", 8192, 8192),

@@ -69,8 +69,10 @@ def path_for(m: int, deterministic: bool, config: MatmulConfig | None, path: str
 # M): MXFP4 W4A16 M=1 1.34x -> 1.73x, M=16 1.29x -> 1.61x, M=64 0.80x -> 1.20x, M=256 0.55x
 # -> 0.72x; MXFP4 W4A4 M=1 1.29x -> 1.50x; MXFP8 W8A16 M=1 1.19x -> 1.64x, M=16 1.03x ->
 # 1.57x, M=64 0.77x -> 1.24x, M=256 0.51x -> 0.71x (MXFP8 W8A8's bf16 variant runs the same
-# kernel on its exact bf16 activation; not measured apart). Not measured from 257 to
-# DENSE_MIN_M: Triton there.
+# kernel on its exact bf16 activation; not measured apart). From 257 to DENSE_MIN_M the Triton
+# kernel ran 0.26-0.45x bf16 (session 19, bench_fp4_mx.py --parts midm, 3 shapes at M=512 /
+# 768, same run), this kernel 0.48-0.77x where its launch fills its waves, dense 0.37-0.67x:
+# this kernel there, dense where it would leave a wave part-empty (mgpu_path).
 MGPU_MAX_M = {"nvfp4": 256, "mxfp4": 256, "mxfp8": 256}
 GROUP_FORMAT = {("e2m1", "e4m3"): "nvfp4", ("e2m1", "e8m0"): "mxfp4", ("e4m3", "e8m0"): "mxfp8"}
 
@@ -79,9 +81,12 @@ def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, determin
               config: MatmulConfig | None, path: str | None, interpret: bool) -> str:
     """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, group_a16_mgpu): explicitly, or on
     sm_90 for one bf16 activation part and N, K the kernel takes, for the formats of
-    MGPU_MAX_M -- in default mode up to its M, in deterministic mode at every M (det_params' K
-    order, a function of K alone; never the Triton kernel for some M and this one for others:
-    their bits differ). The interpreter (CI) keeps the Triton kernel unless asked."""
+    MGPU_MAX_M -- in default mode up to its M, and on to DENSE_MIN_M where its launch fills its
+    waves (fp8_block_a16_mgpu.mid_m_fills; else 'dense' there), in deterministic mode at every
+    M (det_params' K order, a function of K alone; never the Triton kernel for some M and this
+    one for others: their bits differ). The interpreter (CI) keeps the Triton kernel unless
+    asked."""
+    from .fp8_block_a16_mgpu import mid_m_fills
     from .fp8_paths import mosaic_wgmma_ok
     from .group_a16_mgpu import supports
     why = supports(fmt, m, n, k, x_dtype) if parts == 1 else "it takes one bf16 activation part"
@@ -90,8 +95,11 @@ def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, determin
             raise ValueError(f"path='mgpu' cannot run this {fmt} matmul: {why}")
         return path
     if (path is None and config is None and not interpret and why is None and fmt in MGPU_MAX_M
-            and (deterministic or m <= MGPU_MAX_M[fmt]) and mosaic_wgmma_ok(False)):
-        return "mgpu"
+            and mosaic_wgmma_ok(False)):
+        if deterministic or m <= MGPU_MAX_M[fmt]:
+            return "mgpu"
+        if m < DENSE_MIN_M:  # (MID_M_MIN_FILL)
+            return "mgpu" if mid_m_fills(m, n) else "dense"
     return path_for(m, deterministic, config, path)
 
 
@@ -111,9 +119,10 @@ def dequant_matmul(kernel: str, x_parts: Sequence[jax.Array], w: jax.Array,
     run the shared dequantizing kernel (mx_core)."""
     m, k = x_parts[0].shape
     fmt = GROUP_FORMAT[elem, scale]
-    if mgpu_path(fmt, m, w.shape[0], k, len(x_parts), x_parts[0].dtype,
-                 deterministic=deterministic, config=config, path=path,
-                 interpret=interpret) == "mgpu":
+    path = mgpu_path(fmt, m, w.shape[0], k, len(x_parts), x_parts[0].dtype,
+                     deterministic=deterministic, config=config, path=path,
+                     interpret=interpret)
+    if path == "mgpu":
         from .group_a16_mgpu import group_a16_matmul_mgpu
         return group_a16_matmul_mgpu(fmt, x_parts[0], w, w_scale, col_scale, post=post,
                                      out_dtype=out_dtype, deterministic=deterministic,
@@ -125,7 +134,7 @@ def dequant_matmul(kernel: str, x_parts: Sequence[jax.Array], w: jax.Array,
     return mx_dequant_matmul(x_parts, w, w_scale, col_scale, elem=elem, scale=scale,
                              group=group, post=post, config=cfg, out_dtype=out_dtype,
                              fp4_layout=fp4_layout_for(cfg, fp4_layout) if e2m1 else "split",
-                             decode=decode, path=path_for(m, deterministic, config, path),
+                             decode=decode, path=path,
                              interpret=interpret, poison=poison, name=kernel)
 
 

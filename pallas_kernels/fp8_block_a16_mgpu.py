@@ -552,6 +552,28 @@ def range_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict
                 compute_wgs=compute_wgs)
 
 
+# Default mode's one K range past SPLIT_MAX_M rows runs (N / 128) x ceil(M / 128) CTAs, one per
+# SM at a time, with no K ranges to fill its last wave: below the dense paths' M (fp8_paths,
+# fp4_matmul) the paths that could take such an M ask whether those CTAs fill at least this
+# fraction of their waves' SM slots, and go to the dense XLA GEMM where they do not. H200,
+# session 19 (sweep_fp8.py --parts mid_m,mid_m_a16 and bench_fp4_mx.py --parts midm, 3-4
+# shapes at M=512-1024, same runs): M=768 on N=4096 fills 0.73 (192 CTAs, two waves) -- dense
+# 1.1-1.4x this kernel there for fp8 whole-K scales, 1.05-1.17x for the 4-bit formats; every
+# case that filled >= 0.97 ran this kernel at or ahead of dense (4-bit: 1.1-1.5x at M=512).
+MID_M_MIN_FILL = 0.8
+
+
+def prefill_fill(m: int, n: int, sms: int, compute_wgs: int = 2) -> float:
+    """The fraction of its waves' SM slots that default mode's one K range fills at M rows."""
+    ctas = n // (compute_wgs * WG_ROWS) * cdiv(m, BLOCK)
+    return ctas / (cdiv(ctas, sms) * sms)
+
+
+def mid_m_fills(m: int, n: int) -> bool:
+    """Whether default mode's launch at M > SPLIT_MAX_M fills MID_M_MIN_FILL of its waves."""
+    return prefill_fill(m, n, num_sms()) >= MID_M_MIN_FILL
+
+
 def _range_ctas(params: dict, m: int, n: int) -> int:
     """The CTAs of range_params' launch."""
     return (n // (params["compute_wgs"] * WG_ROWS) * cdiv(m, params["block_m"])
@@ -862,7 +884,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     halves_pay says (group_a16_mgpu: not for e2m1 codes). predecode: whether it takes the
     predecoded weights from PREDECODE_MIN_M rows on (then never the halves: they are a
     register conversion; group_a16_mgpu: the formats of PREDECODE_FORMATS), a CTA holding both
-    groups then reloading the first's sum up to RELOAD_MAX_K, else storing it (groups_sum)."""
+    groups then reloading the first's sum up to RELOAD_MAX_K, else storing it (groups_sum);
+    default mode's one K range then runs as PREFILL_K_PARTS in-CTA parts."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
             DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret,
@@ -872,6 +895,9 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     small = with_two_block_steps(small, n, k)
     if predecode and m >= PREDECODE_MIN_M:
         small = {**small, "predecode": True}
+        if (not deterministic and "k_parts" not in small
+                and (k // BLOCK) % PREFILL_K_PARTS == 0):  # (PREFILL_K_PARTS)
+            small["k_parts"] = PREFILL_K_PARTS
         if holds_both_groups(small.get("k_groups", 1), small.get("k_splits", 1),
                              small.get("k_parts", 1), small.get("parts_sum", "cond"),
                              "programs" in small):  # (STORED_GROUPS, RELOAD_MAX_K)
@@ -892,6 +918,15 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
 # parked launches of N <= 16384, two pipeline stages of bf16 tiles: 0.92-1.05), 16384
 # 0.77-0.96.
 PREDECODE_MIN_M = 4096
+# Default mode's predecoded launches run their one K range as this many in-CTA parts (each
+# part from zero, the parts added in order: another rounding than one range's, so default
+# mode's bits at M >= PREDECODE_MIN_M change; it is not batch-invariant anyway). Why it pays
+# is not known -- more work a step (a lax.cond closing the part, a third accumulator live),
+# yet faster: a schedule effect, not profiled. H200, session 19 (sweep_fp8.py --parts
+# default_parts, fp8_block_a16, 5 shapes, calls 1 and 2, same run each), time over one range:
+# M=4096 0.92-1.00 (geomean 0.966 / 0.946), M=16384 0.90-1.06 (0.980 / 0.975; 14336x4096
+# 1.058 / 1.026 the one loss); 4 parts 0.94-1.09, 8 parts 0.94-1.10, group_m 4 / 16 no gain.
+PREFILL_K_PARTS = 2
 # STORED_GROUPS: predecoded launches whose CTAs hold both groups of a two-group order store
 # each group's sum to a float32 slab of their own (groups_sum="store") instead of parking the
 # first in shared memory: three pipeline stages of bf16 tiles instead of two. H200, session

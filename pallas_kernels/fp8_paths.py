@@ -16,14 +16,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .fp8_block_a16_mgpu import SPLIT_MAX_M, mid_m_fills
 from .mgpu_common import BLOCK
 
-__all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "MGPU_MIN_M", "MGPU_A16_MIN_M", "PATHS"]
+__all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "W8A8_DENSE_MIN_M", "MGPU_MIN_M",
+           "MGPU_A16_MIN_M", "PATHS"]
 
 PATHS = ("pallas", "dense", "mgpu")
 # From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md).
 # Whole-K scales: 1.16-1.36x bf16 vs the Triton kernel's 1.01-1.11x (fp8 x fp8, 8192^2).
 DENSE_MIN_M = 1024
+# fp8 x fp8 with whole-K scales (fp8_per_tensor's static, fp8_ptpc's per-token activations)
+# take the dense path from here: H200, session 19 (sweep_fp8.py --parts mid_m,mid_m_w8a8, 4
+# shapes, same runs), dense over the Triton kernel at M=128-768: 1.07-1.45x (14336x4096 at
+# 256: 1.45x / 1.45x), at M=64 0.92-1.08x, at M=16 0.89-1.12x (Triton keeps decode).
+W8A8_DENSE_MIN_M = 128
 # Block W8A8: 0.78-1.17x bf16 vs Triton's 0.70-0.97x (4 shapes, M=256..16384, session 5).
 # W8A16, every scale kind: 0.71-0.86x vs Triton's 0.44-0.54x at M=256..4096 (block) and
 # M=256 (per-channel; the dense path takes over at DENSE_MIN_M) (3 shapes, session 6).
@@ -47,10 +54,13 @@ def mosaic_wgmma_ok(interpret: bool) -> bool:
 def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
              config=None, path: str | None = None, interpret: bool = False,
              n: int = 0, k: int = 0, x_dtype=None) -> str:
-    """'dense' at M >= DENSE_MIN_M when every scale is constant along K; where wgmma exists,
+    """'dense' when every scale is constant along K, at M >= DENSE_MIN_M weight-only and at
+    M >= W8A8_DENSE_MIN_M with fp8 activations; where wgmma exists,
     'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
-    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M; else 'pallas'.
+    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales past
+    SPLIT_MAX_M rows only where its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills),
+    else 'dense'; else 'pallas'.
     deterministic: 'mgpu' for that weight-only case at every M, else 'pallas'."""
     if path is not None:
         if path not in PATHS:
@@ -62,11 +72,14 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
                 and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2)
     if deterministic:
         return "mgpu" if a16_mgpu and mosaic_wgmma_ok(interpret) else "pallas"
-    if (m >= DENSE_MIN_M and x_scale_kind in ("none", "tensor", "row")
-            and w_scale_kind in ("tensor", "channel")):
+    dense_min = DENSE_MIN_M if x_scale_kind == "none" else W8A8_DENSE_MIN_M
+    whole_k = x_scale_kind in ("none", "tensor", "row") and w_scale_kind in ("tensor", "channel")
+    if m >= dense_min and whole_k:
         return "dense"
     if not mosaic_wgmma_ok(interpret):
         return "pallas"
+    if a16_mgpu and whole_k and m > SPLIT_MAX_M and not mid_m_fills(m, n):
+        return "dense"  # (MID_M_MIN_FILL: the Mosaic launch would leave its last wave part-empty)
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"
     if a16_mgpu and m >= MGPU_A16_MIN_M[w_scale_kind]:

@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels.common import MatmulConfig
-from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MXFP4_KERNEL, NVFP4_KERNEL, fp4_layout_for,
-                                       mgpu_path, mxfp4_matmul, nvfp4_matmul, path_for,
+from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
+                                       fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
                                        resolve_dequant_config)
 from pallas_kernels.mx_core import activation_parts, split_activation
 from pallas_kernels.mx_dense import DENSE_MIN_M
@@ -49,8 +49,9 @@ __all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "nvfp4_activat
            "nvfp4_post_scale"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
-# Default mode runs an XLA dot from this M on (read by jqlin.bench to compile such cases apart).
-XLA_GEMM_MIN_M = DENSE_MIN_M
+# Default mode may run an XLA dot from this M on (read by jqlin.bench to compile such cases
+# apart): past the Mosaic kernel's M where its waves would run part-empty, from DENSE_MIN_M on
+XLA_GEMM_MIN_M = min(min(MGPU_MAX_M.values()) + 1, DENSE_MIN_M)
 _E2M1, _E4M3, _E8M0 = ("float4_e2m1fn",), ("float8_e4m3fn",), ("float8_e8m0fnu",)
 _G = (Granularity.GROUP,)
 
@@ -153,15 +154,15 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     parts = 1 if spec.activation is not None else activation_parts(x_dtype)
     fmt = GROUP_FORMAT["e2m1" if wk.is_fp4 else "e4m3",
                        "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
-    if mgpu_path(fmt, m, n, k, parts, BF16 if parts == 1 else x_dtype,
-                 deterministic=deterministic, config=None, path=None,
-                 interpret=False) == "mgpu":
+    path = mgpu_path(fmt, m, n, k, parts, BF16 if parts == 1 else x_dtype,
+                     deterministic=deterministic, config=None, path=None, interpret=False)
+    if path == "mgpu":
         from pallas_kernels.group_a16_mgpu import group_launch_params
         params = group_launch_params(m, n, k, False, deterministic=deterministic, fmt=fmt)
         how = ("codes decoded to exact bf16 by one XLA pass, wgmma reading them from shared "
                "memory" if params.get("predecode") else "codes decoded in registers")
         return {"path": f"mgpu (Mosaic GPU, {how})", **params}
-    if path_for(m, deterministic, None, None) == "dense":
+    if path == "dense":
         return {"path": "dense (exact bf16 dequantization + XLA dot)"}
     name = (NVFP4_KERNEL if wk.scale_dtype == "float8_e4m3fn" else
             MXFP4_KERNEL if wk.is_fp4 else MXFP8_KERNEL)

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
 from pallas_kernels.fp8_core import mgpu_launch_params
-from pallas_kernels.fp8_paths import DENSE_MIN_M, fp8_path
+from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
@@ -40,8 +40,9 @@ from .xla import pad_k
 __all__ = ["W8A16", "W8A8", "BLOCK", "describe_config", "w8a16_apply", "w8a8_apply",
            "quantize_x"]
 
-# Default mode runs an XLA GEMM from this M on (read by jqlin.bench to compile such cases apart).
-XLA_GEMM_MIN_M = DENSE_MIN_M
+# Default mode runs an XLA GEMM from this M on (read by jqlin.bench to compile such cases apart;
+# W8A8 whole-K scales from the lower one)
+XLA_GEMM_MIN_M = min(DENSE_MIN_M, W8A8_DENSE_MIN_M)
 _E4M3 = ("float8_e4m3fn",)
 _F32 = ("float32",)
 _W_KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel",

@@ -14,10 +14,10 @@ from float64_bound import assert_within_bound
 from pallas_kernels import KShardError, k_shards
 from pallas_kernels import fp8_block_a16_mgpu
 from pallas_kernels.fp8_block_a16_mgpu import (
-    DET_GPU_MIN_X_TILE, DET_GROUPS_MAX_N, DET_MIN_X_TILE, PREDECODE_MIN_M, RELOAD_MAX_K, Stream,
-    _launch, _scale_operand, _x_tile, check_launch, decode_params, det_params, det_stream_params,
-    fp8_block_a16_matmul_mgpu, halves_pay, launch_params, range_params, stream_params,
-    stream_programs, stream_slabs)
+    DET_GPU_MIN_X_TILE, DET_GROUPS_MAX_N, DET_MIN_X_TILE, PREDECODE_MIN_M, PREFILL_K_PARTS,
+    RELOAD_MAX_K, Stream, _launch, _scale_operand, _x_tile, check_launch, decode_params,
+    det_params, det_stream_params, fp8_block_a16_matmul_mgpu, halves_pay, launch_params,
+    range_params, stream_params, stream_programs, stream_slabs)
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 from pallas_kernels.group_a16_mgpu import PREDECODE_FORMATS, group_launch_params
@@ -411,11 +411,12 @@ def test_lowers_for_cuda_on_cpu(rng, a_in_registers, k_parts, blocks, wgs, a_loa
 
 
 @pytest.mark.parametrize("m,kind", [(1, "block"), (7, "channel"), (255, "block"),
-                                    (300, "tensor")])
+                                    (300, "tensor"), (4099, "block")])
 def test_lowers_for_cuda_on_cpu_at_any_m(rng, m, kind):
     """x is not padded to whole tiles: its row count must still suit Mosaic GPU's TMA tiling
     (the interpreter does not check it; M=255 failed on the H200 before _launch padded such
-    counts to a multiple of 8). Scales read as stored and as rows."""
+    counts to a multiple of 8). Scales read as stored and as rows. M=4099: default mode's
+    predecoded launch in PREFILL_K_PARTS in-CTA parts."""
     args = _operands(rng, m, 256, 1024, scale_kind=kind)
     f = jax.jit(lambda *a: fp8_block_a16_matmul_mgpu(*a, scale_kind=kind,
                                                      **launch_params(m, 256, 1024, False)))
@@ -710,6 +711,9 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
                 assert p.get("predecode") and "wgmma_halves" not in p, p
             assert "predecode" not in launch_params(PREDECODE_MIN_M // 2, n, k, False,
                                                     deterministic=det)
+        # default mode's predecoded K range in PREFILL_K_PARTS in-CTA parts; below, one range
+        assert launch_params(PREDECODE_MIN_M, n, k, False)["k_parts"] == PREFILL_K_PARTS
+        assert "k_parts" not in launch_params(PREDECODE_MIN_M // 2, n, k, False)
         # stored (up to RELOAD_MAX_K reloaded) groups only where a predecoded CTA holds both
         # groups (two-group N)
         det = launch_params(PREDECODE_MIN_M, n, k, False, deterministic=True)
@@ -724,6 +728,8 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
             assert "wgmma_halves" not in det or fmt not in PREDECODE_FORMATS
             assert "predecode" not in group_launch_params(PREDECODE_MIN_M, n, k, False, fmt=fmt)
     assert PREDECODE_FORMATS == ("mxfp4", "mxfp8")
+    # K-blocks that do not split into the parts keep one range
+    assert "k_parts" not in launch_params(PREDECODE_MIN_M, 256, 384, False)
 
 
 def test_det_params_launch_follows_m_but_not_the_k_order():

@@ -495,6 +495,26 @@ def test_dispatcher_path_choice_and_refusal():
                   config=None, path="mgpu")
 
 
+def test_dispatcher_takes_the_kernel_to_the_dense_m_where_its_waves_fill(monkeypatch):
+    """Default mode on sm_90 (faked here: wgmma available, 132 SMs): the Mosaic kernel up to
+    MGPU_MAX_M, then up to the dense path's M wherever its launch fills MID_M_MIN_FILL of its
+    waves, dense where it would not (N=4096 at M=768: 192 CTAs, 0.73 of two waves) -- never
+    the Triton kernel there (session 19: 0.26-0.45x bf16). Deterministic mode: the kernel."""
+    from pallas_kernels import fp8_block_a16_mgpu, fp8_paths
+    from pallas_kernels.fp4_matmul import MGPU_MAX_M, mgpu_path
+    from pallas_kernels.mx_dense import DENSE_MIN_M
+    monkeypatch.setattr(fp8_paths, "mosaic_wgmma_ok", lambda interpret: True)
+    monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
+    for fmt in ("nvfp4", "mxfp4", "mxfp8"):
+        def path(m, n, det=False):
+            return mgpu_path(fmt, m, n, 4096, 1, jnp.bfloat16, deterministic=det, config=None,
+                             path=None, interpret=False)
+        assert path(MGPU_MAX_M[fmt], 4096) == "mgpu"
+        assert path(512, 4096) == "mgpu" and path(768, 8192) == "mgpu"
+        assert path(768, 4096) == "dense" and path(768, 4096, det=True) == "mgpu"
+        assert path(DENSE_MIN_M, 8192) == "dense"
+
+
 def _mx_operands(rng, fmt, m, n, k):
     if fmt == "mxfp4":
         w = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)

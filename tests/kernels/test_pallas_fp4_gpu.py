@@ -63,6 +63,21 @@ def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
             assert rel_err(y, ref) <= tol, f"{fmt} M={m} pallas path"
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4_a16", "mxfp4_a16", "mxfp8_a16", "nvfp4"])
+def test_gpu_mid_m_takes_the_mosaic_kernel_or_dense(rng, fmt):
+    """M between MGPU_MAX_M and DENSE_MIN_M (session 19's rule): the Mosaic kernel where its
+    launch fills its waves (N=8192 at M=520), else the dense path (N=4096 at M=700) -- never
+    the Triton kernel; both agree with the XLA reference."""
+    from pallas_kernels.fp8_block_a16_mgpu import mid_m_fills
+    for m, n in ((520, 8192), (700, 4096)):
+        x, qw = make(rng, fmt, m, n, 2048, jnp.bfloat16)
+        want = "mgpu" if mid_m_fills(m, n) else "dense"
+        path = (dispatch.explain(x, qw).detail or {}).get("path", "")
+        assert path.startswith(want), (fmt, m, n, path)
+        err = rel_err(dispatch.matmul(x, qw), dispatch.matmul(x, qw, kernel="xla"))
+        assert err <= REL_TOL[jnp.dtype(jnp.bfloat16)], f"{fmt} M={m} N={n}: {err:.3g}"
+
+
 def test_gpu_w4a4_codes_are_quantized(rng):
     # Quantized activations must differ from the weight-only product (a compiler that drops
     # the rounding of a narrowing convert pair would silently run W4A16 instead).

@@ -291,17 +291,20 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind):
 
 
 def test_paths_are_chosen_only_in_default_mode():
-    from pallas_kernels.fp8_paths import MGPU_MIN_M, fp8_path, mosaic_wgmma_ok
+    from pallas_kernels.fp8_paths import (DENSE_MIN_M, MGPU_MIN_M, W8A8_DENSE_MIN_M, fp8_path,
+                                          mosaic_wgmma_ok)
     a16 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="none", w_scale_kind="channel",
                                                 deterministic=False, config=None), **kw})
     a8 = lambda m, **kw: fp8_path(m, **{**dict(x_scale_kind="row", w_scale_kind="channel",
                                                deterministic=False, config=None), **kw})
-    for path in (a16, a8):
-        assert path(1024) == "dense" and path(1023) == "pallas"
+    for path, dense_min in ((a16, DENSE_MIN_M), (a8, W8A8_DENSE_MIN_M)):
+        assert path(dense_min) == "dense" and path(dense_min - 1) == "pallas"
         assert path(4096, deterministic=True) == "pallas"  # cuBLAS's order follows M
         assert path(4096, config=MatmulConfig(64, 128, 128)) == "pallas"
         assert path(16, path="dense") == "dense"
     assert a16(4096, w_scale_kind="block") == "pallas"  # block scales change along K
+    assert W8A8_DENSE_MIN_M < DENSE_MIN_M  # fp8 x fp8 leaves the Triton kernel sooner (s19)
+    assert a8(W8A8_DENSE_MIN_M, x_scale_kind="tensor", w_scale_kind="tensor") == "dense"
     # weight-only on Mosaic GPU: 16-bit x and N, K multiples of 128 (the swap-AB kernel)
     shape = dict(interpret=True, n=256, k=384, x_dtype=jnp.bfloat16)
     assert a16(MGPU_MIN_M, w_scale_kind="block", **shape) == "mgpu"
@@ -330,6 +333,29 @@ def test_paths_are_chosen_only_in_default_mode():
         assert a8(4096, interpret=False, **block) == "pallas"  # no wgmma here
     with pytest.raises(ValueError, match="path must be one of"):
         a8(16, path="cublas")
+
+
+def test_whole_k_weight_only_leaves_the_mosaic_kernel_where_its_waves_run_part_empty(
+        monkeypatch):
+    """Between decode sizes and DENSE_MIN_M, weight-only per-channel / per-tensor scales take
+    the Mosaic kernel where its one K range fills MID_M_MIN_FILL of its waves, else the dense
+    path (132 SMs: N=4096 at M=768 runs 192 CTAs, 0.73 of two waves); block scales have no
+    dense path, deterministic mode keeps its kernel."""
+    from pallas_kernels import fp8_block_a16_mgpu
+    from pallas_kernels.fp8_block_a16_mgpu import MID_M_MIN_FILL, SPLIT_MAX_M, prefill_fill
+    from pallas_kernels.fp8_paths import fp8_path
+    monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
+    assert prefill_fill(768, 4096, 132) < MID_M_MIN_FILL <= prefill_fill(512, 4096, 132)
+
+    def a16(m, n, kind="channel", det=False):
+        return fp8_path(m, x_scale_kind="none", w_scale_kind=kind, deterministic=det,
+                        interpret=True, n=n, k=4096, x_dtype=jnp.bfloat16)
+    for kind in ("channel", "tensor"):
+        assert a16(768, 4096, kind) == "dense" and a16(512, 4096, kind) == "mgpu"
+        assert a16(768, 8192, kind) == "mgpu"
+        assert a16(SPLIT_MAX_M, 128, kind) == "mgpu"  # decode launches fill with K ranges
+    assert a16(768, 4096, "block") == "mgpu"  # block scales: no dense path
+    assert a16(768, 4096, det=True) == "mgpu"
 
 
 def test_dispatch_runs_the_dense_path_at_prefill_sizes(rng):
@@ -460,6 +486,34 @@ def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8_per_tensor_a16", "fp8_per_channel_a16",
+                                 "fp8_per_tensor", "fp8_ptpc"])
+def test_gpu_mid_m_paths_match_the_reference(rng, fmt):
+    """M between decode and DENSE_MIN_M (session 19's rules): W8A8 whole-K scales on the dense
+    path from W8A8_DENSE_MIN_M; weight-only ones on the Mosaic kernel where its launch fills
+    its waves (N=8192 at M=520), dense where not (N=4096 at M=700) -- each within the float64
+    bound of the reference, partial 128-row tiles."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    from pallas_kernels.fp8_block_a16_mgpu import mid_m_fills
+    weight_only = formats.get(fmt).activation is None
+    for m, n in ((520, 8192), (700, 4096)):
+        k = 2048
+        x, qw = _operands(rng, fmt, m, n, k, jnp.bfloat16)
+        kernel = KERNEL_OF[fmt]
+        want = ("mgpu" if weight_only and mid_m_fills(m, n) else "dense")
+        path = describe_config(kernel, m, qw, qw.spec, x.dtype, False)["path"]
+        assert path.startswith(want), (fmt, m, n, path)
+        if weight_only:
+            ref, bound = dispatch.matmul(x, qw, kernel="xla"), _abs_bound(x, qw)
+        else:
+            ref, bound = _f64_from_codes(x, qw)
+            ref = jnp.asarray(ref, jnp.float32).astype(x.dtype)
+        e, r = close_report(dispatch.matmul(x, qw), ref, bound,
+                            GPU_ACC_RTOL if weight_only else GPU_ACC_RTOL_FP8)
+        assert e <= 1.0, f"{fmt} M={m} N={n} ({want}): max |y-ref|/tol {e:.3g}, rel {r:.1e}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
                                  "fp8_block"])
 def test_gpu_batch_invariant_rows(rng, fmt):
@@ -486,13 +540,16 @@ def test_gpu_launch_variants_poisoned(rng, case):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_block_a16", "fp8_per_channel_a16"])
-def test_w8a16_takes_the_mosaic_path_at_prefill_sizes(rng, fmt):
+def test_w8a16_takes_the_mosaic_path_at_prefill_sizes(rng, fmt, monkeypatch):
     """Default mode, bf16 x, M >= MGPU_MIN_M (below the dense path for per-channel): the
     Mosaic GPU swap-AB kernel (its interpreter on CPU, weights through shared memory) agrees
     with the XLA reference within the float64 bound; so does deterministic mode, on its
-    M-free schedule (K in det_k_parts parts, here in-CTA)."""
+    M-free schedule (K in det_k_parts parts, here in-CTA). (6 SMs: this small weight's 6
+    CTAs fill them, as mid_m_fills asks of per-channel scales.)"""
     from jqlin.kernels.pallas_fp8 import describe_config
+    from pallas_kernels import fp8_block_a16_mgpu
     from pallas_kernels.fp8_paths import MGPU_MIN_M
+    monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 6)
     qw = qweight.quantize(jnp.asarray(rng.standard_normal((256, 512)), jnp.float32), fmt)
     m = MGPU_MIN_M + 3  # a partial 128-row tile
     x = jnp.asarray(rng.standard_normal((m, 512)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
