@@ -168,6 +168,7 @@ CURRENT = (
     ("h200_fp4_grid_stored_groups_s17.json", None),
     ("h200_fp8_grid_reload_s18.json", None), ("h200_fp8_grid_reload_m16384_s18.json", None),
     ("h200_fp4_grid_reload_s18.json", None), ("h200_fp4_grid_mx_rounded_s18.json", None),
+    ("h200_fp8_grid_mid_m_s19.json", None), ("h200_fp4_grid_mid_m_s19.json", None),
 )
 
 
@@ -436,6 +437,28 @@ def main() -> int:
          "dispatcher in both modes with reloaded groups, M=4096, 5 shapes (session 18 call 2)"),
         ("h200_fp4_grid_mx_rounded_s18.json", "MXFP4 / MXFP8 the same after their kernel "
          "writes bf16 itself (session 18 call 3: figures of record)"),
+        ("h200_fp8_sweep_default_parts_s19_call1.json", "fp8_block_a16 default mode's "
+         "predecoded prefill launch: one K range (`_auto`) vs in-CTA parts (`_k_parts2`, "
+         "`_k_parts8`), group_m 4 / 16 and deterministic mode's launch, M=4096/16384, 5 shapes, "
+         "same run (session 19 call 1)"),
+        ("h200_fp8_sweep_default_parts_s19.json", "The same with `_k_parts4`, repeated (session "
+         "19 call 2; k_parts=2 adopted: PREFILL_K_PARTS)"),
+        ("h200_fp8_sweep_mid_m_s19.json", "FP8 formats at M=256-1024: the dispatcher beside "
+         "each path it could take (`path_pallas` Triton, `path_dense` one XLA GEMM, `path_mgpu` "
+         "Mosaic), 2 shapes, same run (session 19 call 1)"),
+        ("h200_fp8_sweep_mid_m_w8a8_s19.json", "fp8_per_tensor / fp8_ptpc (W8A8): Triton vs "
+         "dense at M=16-512, 4 shapes, same run (session 19 call 2; dense from M=128 adopted: "
+         "W8A8_DENSE_MIN_M)"),
+        ("h200_fp8_sweep_mid_m_a16_s19.json", "fp8_per_tensor_a16 / fp8_per_channel_a16: Mosaic "
+         "vs dense at M=512-1024, the other 2 shapes (session 19 call 3; MID_M_MIN_FILL)"),
+        ("h200_fp4_mid_m_s19.json", "NVFP4 / MXFP4 / MXFP8 weight-only and NVFP4 W4A4 at "
+         "M=256-768: the dispatcher (Triton from 257) beside `var[dense]`, `var[mgpu]`, "
+         "`var[pallas]`, 3 shapes, same run (session 19 call 3)"),
+        ("h200_fp8_grid_mid_m_s19.json", "FP8 formats through the dispatcher at M=512/768 after "
+         "session 19's mid-M rules, default mode, 2 shapes (call 4; cut by its time box)"),
+        ("h200_fp4_grid_mid_m_s19.json", "NVFP4 / MXFP4 / MXFP8 weight-only and NVFP4 W4A4 "
+         "through the dispatcher in both modes at M=512/768 after session 19's mid-M rule, 4 "
+         "shapes (call 4: figures of record)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
          "session 3's M=1 MXFP8 gemv and M=65-256 tiles)"),
         ("h200_fp4_mx_grid_s3_after.json", "NVFP4 / MXFP4 / MXFP8 at M=1 and 256 with the "
