@@ -135,9 +135,10 @@ MID_SHAPES = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 28672), ("llama3-8
 
 def mid_m_ops(k: int, n: int) -> list[bench.Op]:
     """M = 256-1023 (session 19): default mode's kernel beside each path it could take there
-    -- the Mosaic kernel (up to MGPU_MAX_M = 256), the Triton kernel (257 to 1023) and the
-    dense path (exact bf16 dequantization + XLA's GEMM, from DENSE_MIN_M = 1024). Not timed
-    before at 257-1023. Prediction: dense ahead of Triton there (session 12: Triton 0.51-0.56x
+    -- the Mosaic kernel, the Triton kernel and the dense path (exact bf16 dequantization +
+    XLA's GEMM). Before session 19's rule (fp4_matmul.mgpu_path) the dispatcher ran the Mosaic
+    kernel up to MGPU_MAX_M = 256, Triton from 257, dense from DENSE_MIN_M = 1024; M=257-1023
+    had not been timed. Prediction: dense ahead of Triton there (session 12: Triton 0.51-0.56x
     bf16 at M=256, dense ~0.9x at 4096), and of the Mosaic kernel at 256 on most shapes."""
     ops = [bench.bf16_op()]
     for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16", "nvfp4"):

@@ -603,8 +603,9 @@ def main(argv=None) -> int:
     mid_shapes = [("llama3-8b", 4096, 4096), ("llama3-70b", 8192, 8192),
                   ("llama3-8b", 14336, 4096), ("deepseek-v3", 7168, 24576)]
     if "mid_m" in parts:  # M between the figures' 256 and 1024 (session 19 call 1)
-        # why: no figure of record covers M=257-1023, where fp8_paths switches paths (whole-K
-        # scales: Triton / Mosaic below DENSE_MIN_M = 1024, the dense XLA GEMM from it).
+        # why: no figure of record covered M=257-1023, where fp8_paths switched paths (whole-K
+        # scales, before session 19's rules: Triton / Mosaic below DENSE_MIN_M = 1024, the
+        # dense XLA GEMM from it).
         # Prediction: W8A8 per-tensor / ptpc's Triton kernel at M=512 is at or below the dense
         # path (at 1024 dense ran 1.16-1.36x bf16 vs Triton's 1.01-1.11x, session 4); W8A16
         # whole-K scales: mgpu and dense within ~10% at 512 (0.76x at 256 on mgpu, 0.72-0.81x
@@ -631,9 +632,11 @@ def main(argv=None) -> int:
         # all three launches land within 2%. group_m 4 / 16: the weight tiles launched
         # together (L2 reuse of x tiles) as the other knob that differs by shape
         # call 1: k_parts=2 0.90-0.98 of auto on 8 of 10 cases, 14336x4096 1.00 / 1.06, k_parts=8
-        # in between; group_m no gain. Call 2 repeats it with k_parts=4 beside
-        a16_launches(("auto", dict(k_parts=2), dict(k_parts=4), dict(k_parts=8), dict(group_m=4),
-                      dict(group_m=16), "det"), (4096, 16384), (dict(k_parts=2), "det"),
+        # in between; group_m no gain. Call 2 repeats it with k_parts=4 beside. (Since then
+        # "auto" is k_parts=2, PREFILL_K_PARTS: k_parts=1 is the one range)
+        a16_launches(("auto", dict(k_parts=1), dict(k_parts=2), dict(k_parts=4), dict(k_parts=8),
+                      dict(group_m=4), dict(group_m=16), "det"), (4096, 16384),
+                     (dict(k_parts=1), "det"),
                      None if args.tiny else [("llama3-70b", 8192, 57344),
                                              ("deepseek-v3", 7168, 24576),
                                              ("llama3-8b", 4096, 28672),

@@ -558,8 +558,9 @@ def range_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict
 # fraction of their waves' SM slots, and go to the dense XLA GEMM where they do not. H200,
 # session 19 (sweep_fp8.py --parts mid_m,mid_m_a16 and bench_fp4_mx.py --parts midm, 3-4
 # shapes at M=512-1024, same runs): M=768 on N=4096 fills 0.73 (192 CTAs, two waves) -- dense
-# 1.1-1.4x this kernel there for fp8 whole-K scales, 1.05-1.17x for the 4-bit formats; every
-# case that filled >= 0.97 ran this kernel at or ahead of dense (4-bit: 1.1-1.5x at M=512).
+# 1.2-1.4x this kernel there for fp8 whole-K scales, 1.05-1.16x for the 4-bit formats; every
+# case that filled >= 0.97 ran this kernel within 1% of dense or ahead (4-bit: 1.3-1.5x at
+# M=512).
 MID_M_MIN_FILL = 0.8
 
 

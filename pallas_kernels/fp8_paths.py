@@ -28,8 +28,8 @@ PATHS = ("pallas", "dense", "mgpu")
 DENSE_MIN_M = 1024
 # fp8 x fp8 with whole-K scales (fp8_per_tensor's static, fp8_ptpc's per-token activations)
 # take the dense path from here: H200, session 19 (sweep_fp8.py --parts mid_m,mid_m_w8a8, 4
-# shapes, same runs), dense over the Triton kernel at M=128-768: 1.07-1.45x (14336x4096 at
-# 256: 1.45x / 1.45x), at M=64 0.92-1.08x, at M=16 0.89-1.12x (Triton keeps decode).
+# shapes, same runs), dense over the Triton kernel at M=128-768: 1.03-1.45x (14336x4096 at
+# 256: 1.45x / 1.45x), at M=64 0.93-1.08x, at M=16 0.89-1.12x (Triton keeps decode).
 W8A8_DENSE_MIN_M = 128
 # Block W8A8: 0.78-1.17x bf16 vs Triton's 0.70-0.97x (4 shapes, M=256..16384, session 5).
 # W8A16, every scale kind: 0.71-0.86x vs Triton's 0.44-0.54x at M=256..4096 (block) and
