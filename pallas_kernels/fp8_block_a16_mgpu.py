@@ -535,6 +535,11 @@ def _x_tile(m: int) -> int:
     return next(b for b in X_TILES if b >= min(m, BLOCK))
 
 
+def wave_fill(ctas: int, sms: int) -> float:
+    """The fraction of the SM slots of its waves (one CTA per SM at a time) that `ctas` fill."""
+    return ctas / (cdiv(ctas, sms) * sms)
+
+
 def range_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict:
     """K ranges for small M (weight-streaming): the smallest x tile holding M's rows, and K cut
     into ranges (their results summed afterwards) so that the CTAs fill whole waves of SMs:
@@ -546,7 +551,7 @@ def range_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dict
     block_m = _x_tile(m)
     ctas, k_blocks = n // (compute_wgs * WG_ROWS) * cdiv(m, block_m), k // BLOCK
     options = [s for s in (1, 2, 4, 8, 16) if k_blocks % s == 0 and k_blocks // s >= 8] or [1]
-    fill = {s: ctas * s / (cdiv(ctas * s, sms) * sms) for s in options}  # of the waves' slots
+    fill = {s: wave_fill(ctas * s, sms) for s in options}
     best = max(fill.values())
     return dict(block_m=block_m, k_splits=min(s for s in options if fill[s] >= best - 0.2),
                 compute_wgs=compute_wgs)
@@ -566,13 +571,13 @@ MID_M_MIN_FILL = 0.8
 
 def prefill_fill(m: int, n: int, sms: int, compute_wgs: int = 2) -> float:
     """The fraction of its waves' SM slots that default mode's one K range fills at M rows."""
-    ctas = n // (compute_wgs * WG_ROWS) * cdiv(m, BLOCK)
-    return ctas / (cdiv(ctas, sms) * sms)
+    return wave_fill(n // (compute_wgs * WG_ROWS) * cdiv(m, BLOCK), sms)
 
 
 def mid_m_fills(m: int, n: int) -> bool:
-    """Whether default mode's launch at M > SPLIT_MAX_M fills MID_M_MIN_FILL of its waves."""
-    return prefill_fill(m, n, num_sms()) >= MID_M_MIN_FILL
+    """Whether default mode's launch at M rows fills MID_M_MIN_FILL of its waves: always up to
+    SPLIT_MAX_M (decode_params' K ranges or stream-K fill them), past it prefill_fill's."""
+    return m <= SPLIT_MAX_M or prefill_fill(m, n, num_sms()) >= MID_M_MIN_FILL
 
 
 def _range_ctas(params: dict, m: int, n: int) -> int:
@@ -652,8 +657,7 @@ def decode_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2) -> dic
     if stream is None:
         return ranges
     ctas = _range_ctas(ranges, m, n)
-    waves = cdiv(ctas, sms)
-    fill = ctas / (waves * sms)
+    waves, fill = cdiv(ctas, sms), wave_fill(ctas, sms)
     if ranges["block_m"] <= TWO_BLOCK_MAX_X_TILE:
         keep = (waves == 1 and fill >= ONE_WAVE_FILL) or stream["programs"] < fill * sms
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .fp8_block_a16_mgpu import SPLIT_MAX_M, mid_m_fills
+from .fp8_block_a16_mgpu import mid_m_fills
 from .mgpu_common import BLOCK
 
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "W8A8_DENSE_MIN_M", "MGPU_MIN_M",
@@ -58,9 +58,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     M >= W8A8_DENSE_MIN_M with fp8 activations; where wgmma exists,
     'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
-    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales past
-    SPLIT_MAX_M rows only where its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills),
-    else 'dense'; else 'pallas'.
+    BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales only where
+    its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills), else 'dense'; else 'pallas'.
     deterministic: 'mgpu' for that weight-only case at every M, else 'pallas'."""
     if path is not None:
         if path not in PATHS:
@@ -78,7 +77,7 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "dense"
     if not mosaic_wgmma_ok(interpret):
         return "pallas"
-    if a16_mgpu and whole_k and m > SPLIT_MAX_M and not mid_m_fills(m, n):
+    if a16_mgpu and whole_k and not mid_m_fills(m, n):
         return "dense"  # (MID_M_MIN_FILL: the Mosaic launch would leave its last wave part-empty)
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"
