@@ -13,20 +13,19 @@ SCRIPT = pathlib.Path(__file__).with_name("tp_check.py")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("groups", ["fixtures", "column,collectives"])
-def test_llama_tensor_parallel_matches_one_device(fixtures_dir, groups):
-    # (tp_check's groups in two processes: CI's two workers run them side by side)
+def test_llama_tensor_parallel_matches_one_device(fixtures_dir):
+    # (one process for every group: split in two, CI's run of both beside other tests once
+    # aborted in XLA's CPU all-reduce rendezvous -- one of the two host devices' threads never
+    # arrived in 40 s, during check_collectives' eager sharded forward; NOTES session 19)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
                JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, str(SCRIPT), str(fixtures_dir), "2", groups], env=env,
+    r = subprocess.run([sys.executable, str(SCRIPT), str(fixtures_dir), "2"], env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and "ALL OK" in r.stdout, (r.stdout + r.stderr)[-4000:]
-    if groups == "fixtures":
-        assert r.stdout.count("det_bitwise=True") >= 3  # every "column" layout is bitwise
-    else:
-        assert r.stdout.count("column deterministic devices=2: bitwise") == 4, r.stdout
-        assert r.stdout.count("ok collectives") == 3, r.stdout
+    assert r.stdout.count("det_bitwise=True") >= 3  # every "column" layout is bitwise
+    assert r.stdout.count("column deterministic devices=2: bitwise") == 4, r.stdout
+    assert r.stdout.count("ok collectives") == 3, r.stdout
 
 
 def test_shard_model_rejects_unknown_style_and_axis():
