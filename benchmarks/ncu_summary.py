@@ -18,7 +18,7 @@ METRICS = ("Duration", "DRAM Throughput", "Memory Throughput", "Mem Busy", "Max 
            "Theoretical Occupancy", "Waves Per SM", "Block Size", "Grid Size", "L2 Hit Rate")
 
 
-def summarize(path: str, kernels: str = "") -> list[str]:
+def summarize(path: str, kernels: str = "", extra: tuple[str, ...] = ()) -> list[str]:
     rows = list(csv.reader(open(path, newline="")))
     start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
     if start is None:
@@ -28,7 +28,7 @@ def summarize(path: str, kernels: str = "") -> list[str]:
     for r in rows[start + 1:]:
         if len(r) <= col["Metric Value"] or kernels not in r[col["Kernel Name"]]:
             continue
-        if r[col["Metric Name"]] in METRICS:
+        if r[col["Metric Name"]] in METRICS + extra:
             key = (r[col["ID"]], r[col["Kernel Name"]][:60])
             by_launch.setdefault(key, []).append(
                 f"{r[col['Metric Name']]}={r[col['Metric Value']]}{r[col['Metric Unit']]}")
@@ -40,8 +40,11 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv")
     p.add_argument("--kernels", default="", help="keep kernels whose name contains this")
+    p.add_argument("--metrics", default="", help="more metric names to keep, comma-separated "
+                   "(e.g. 'L2 Cache Throughput' for a matrix kernel)")
     args = p.parse_args(argv)
-    print("\n".join(summarize(args.csv, args.kernels)))
+    extra = tuple(x for x in args.metrics.split(",") if x)
+    print("\n".join(summarize(args.csv, args.kernels, extra)))
     return 0
 
 

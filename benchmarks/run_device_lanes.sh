@@ -44,6 +44,7 @@ lane() {  # lane <gpus> <steps...>
           -rf -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} tests/kernels/test_pallas_fp8.py \
           tests/kernels/test_pallas_fp4_gpu.py tests/kernels/test_fp8_block_mgpu.py \
           tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_group_a16_mgpu.py \
+          tests/kernels/test_fp8_widen.py \
           tests/test_dispatch.py 2>&1 | tail -40
         echo "pytest rc=${PIPESTATUS[0]}";;
       grid)

@@ -15,7 +15,9 @@ so no converted copy goes back to shared memory -- the mixed-type layout of JAX'
 hopper_mixed_type_matmul_mgpu example.
 
 Swap-AB: the weight rows are the MMA's M side, so the kernel computes y^T (N, M) = W (N, K) @
-x^T and the caller transposes. Numerics per output (m, n), K-block kb of 128: part = sum_k
+x^T; launches whose CTAs finish one output tile each write y itself (the epilogue stores each
+tile through a transposed view of its staging slot, `out_t`), the others float32 slabs of y^T
+that the caller sums and transposes. Numerics per output (m, n), K-block kb of 128: part = sum_k
 bf16(w[n, k]) * x[m, k] (one wgmma chain from zero, float32 accumulation), then
 total += part * w_scale[n // 128, kb] in float32, in K order. With k_splits ranges of K, each
 range's total starts from zero and the ranges' totals are added in K order afterwards; with
@@ -65,6 +67,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .common import cdiv, current_det_rows, current_k_shards, device_ranges
 from .fp8_heuristics import det_k_parts, num_sms
+from .fp8_widen import widen_e4m3
 from .launch import sum_device_splits, writes_partials
 from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
 from .mgpu_group_decode import decode_jnp as decode_groups_jnp, decode_words
@@ -121,10 +124,12 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
             a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
             wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
             group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0,
-            wgmma_halves: bool = False, first_sum: str | None = None):
+            wgmma_halves: bool = False, first_sum: str | None = None, out_t: bool = False):
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
-    m = out_gmem.shape[2]  # x's rows in whole tiles (x itself is not padded: see _launch)
+    # x's rows in whole tiles (x itself is not padded: see _launch); out_t: the kernel writes
+    # y (1, M, N) itself, transposed in its epilogue, instead of y^T (slabs, N, M)
+    m = out_gmem.shape[1 if out_t else 2]
     # pipeline steps per split, or per streamed CTA
     steps = stream.steps if stream else k // BLOCK // k_splits // blocks
     per_part = steps // k_parts
@@ -412,11 +417,15 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
     if reloaded:  # the first group's float32 sum comes back through the staging buffer;
         # narrower outputs are staged in the first half of each warpgroup's slot, aliased
         staging = plgpu.SMEM((wgs, WG_ROWS, staged), F32, transforms=swizzled(F32, staged))
-        if out_gmem.dtype != F32:
+        if out_gmem.dtype != F32:  # (out_t: each slot's output transposed, as below)
             staging = plgpu.RefUnion(staging, plgpu.SMEM(
-                (wgs, 4 // out_gmem.dtype.itemsize, WG_ROWS, staged), out_gmem.dtype,
-                transforms=swizzled(out_gmem.dtype, staged)))
+                (wgs, 4 // out_gmem.dtype.itemsize) + ((staged, WG_ROWS) if out_t else
+                                                       (WG_ROWS, staged)), out_gmem.dtype,
+                transforms=swizzled(out_gmem.dtype, WG_ROWS if out_t else staged)))
         scratch.update(reload_bar=plgpu.Barrier(num_arrivals=1, num_barriers=wgs))
+    elif out_t:  # a slot holds its warpgroup's tile transposed: (x rows, 64 weight rows)
+        staging = plgpu.SMEM((wgs, staged, WG_ROWS), out_gmem.dtype,
+                             transforms=swizzled(out_gmem.dtype, WG_ROWS))
     else:
         staging = plgpu.SMEM((wgs, WG_ROWS, staged), out_gmem.dtype,
                              transforms=swizzled(out_gmem.dtype, staged))
@@ -483,10 +492,14 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
                              + second[:, c:c + staged])  # (park's order: first + second)
                     if out_view is not out_smem:  # every thread's read done: the narrower
                         plgpu.commit_smem()  # output overwrites the same bytes
-                    out_view[wg] = total.astype(out_view.dtype)
+                    if out_t:  # y's rows, not y^T's (store_wg_rows' transposed)
+                        out_view.at[wg].transpose((1, 0))[...] = total.astype(out_view.dtype)
+                        dst = out_gmem.at[split].at[cols, n_slice].at[:, rows]
+                    else:
+                        out_view[wg] = total.astype(out_view.dtype)
+                        dst = out_gmem.at[split].at[n_slice].at[rows, cols]
                     plgpu.commit_smem()
-                    plgpu.copy_smem_to_gmem(out_view.at[wg],
-                                            out_gmem.at[split].at[n_slice].at[rows, cols])
+                    plgpu.copy_smem_to_gmem(out_view.at[wg], dst)
         elif slabs > 1:  # every part stored as it ends (store_part)
             def context(run):
                 run(zero_total(out_smem.shape[1:]))
@@ -503,7 +516,8 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
         else:
             context = functools.partial(store_rows, out_smem=out_smem,
                                         out_gmem=out_gmem.at[split], row_slice=n_slice,
-                                        col_slice=m_slice, parts=k_parts > 1)
+                                        col_slice=m_slice, parts=k_parts > 1,
+                                        transposed=out_t)
         step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps,
                                       store_part=store_part, store_first=store_first,
                                       park_smem=park_smem)
@@ -912,7 +926,8 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     return dict(a_in_registers=not interpret, **small)
 
 
-# The weights decoded to bf16 by one XLA pass, wgmma reading them from shared memory
+# The weights decoded to bf16 by one pass first (fp8_widen for e4m3 weights since session 20,
+# XLA's dequantization for the group formats), wgmma reading them from shared memory
 # (predecode), from this many rows of x on, in both modes -- bitwise the converted weights'
 # sums (test_gpu_predecoded_weights_give_the_same_bits), so M may choose it. At prefill sizes
 # the kernel converts each weight tile once per x tile (32 times at M=4096) inside its
@@ -1142,7 +1157,7 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
       interpreter's shared-memory operands run the block whole.
     a_in_registers: wgmma reads the converted weights from registers (JAX's mixed-type
     example); False stores them to shared memory first (what the interpreter can run).
-    predecode: the weights converted to bf16 by one XLA pass first (exact: 2 bytes a weight
+    predecode: the weights widened to bf16 by one pass first (fp8_widen; exact: 2 bytes a weight
     written, then streamed instead of 1), wgmma's A operand then read straight from the
     pipeline's shared memory -- no conversion, no weight registers (a_in_registers does not
     apply). The same values in the same wgmma chain, so the same sums at every launch
@@ -1174,8 +1189,9 @@ def fp8_block_a16_matmul_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *,
                  group_m=group_m, parts_sum=parts_sum, k_groups=k_groups,
                  wgmma_halves=wgmma_halves, groups_sum=groups_sum)
     ws, scales = _scale_operand(w_scale, scale_kind, n, k)
-    if predecode:
-        w, a_load = w.astype(x.dtype), "smem"  # exact: every e4m3 value is a bf16 / f16 one
+    if predecode:  # exact: every e4m3 value is a bf16 / f16 one (fp8_widen: XLA's convert
+        # ran at half of DRAM bandwidth)
+        w, a_load = widen_e4m3(w, x.dtype, interpret=bool(interpret)), "smem"
     return _launch(x, w, ws, out_dtype=jnp.dtype(out_dtype or x.dtype), stages=stages,
                    group_m=group_m, block_m=block_m, k_splits=k_splits, k_parts=k_parts,
                    blocks_per_step=blocks_per_step, compute_wgs=compute_wgs, a_load=a_load,
@@ -1336,6 +1352,12 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         slabs = k_splits * (k_parts if parts_sum == "store" else k_groups if stored_groups else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
                   or parked else out_dtype)
+    # one finished output a tile (no slabs, no float32 sums to add or finish after; reloaded
+    # groups finish theirs in the CTA): the kernel writes y, not y^T -- no XLA transpose of the
+    # output (H200, session 20: 32 us of 896 at M=4096 on 8192x8192,
+    # benchmarks/profile_prefill.py)
+    out_t = (kernel_out == out_dtype and out_dtype.itemsize == 2 and not writes_partials(slabs)
+             and stream is None and first_sum in (None, "reload") and finish is None)
     stages = _stages(stages, block_m, x.dtype.itemsize, 4 if reloaded else kernel_out.itemsize,
                      a_in_registers or a_load == "smem",
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,
@@ -1348,21 +1370,24 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     mp = cdiv(m, block_m) * block_m
     if m > X_ROWS_TILING and m % X_ROWS_TILING:
         x = jnp.pad(x, ((0, X_ROWS_TILING - m % X_ROWS_TILING), (0, 0)))
+    out_type = jax.ShapeDtypeStruct((1, mp, n) if out_t else (slabs, n, mp), kernel_out)
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, group_m=group_m,
                           a_in_registers=a_in_registers, block_m=block_m, k_splits=k_splits,
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
                           group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs,
-                          wgmma_halves=wgmma_halves, first_sum=first_sum),
-        jax.ShapeDtypeStruct((slabs, n, mp), kernel_out) if not reloaded else
-        (jax.ShapeDtypeStruct((slabs, n, mp), kernel_out),
-         jax.ShapeDtypeStruct((n, mp), F32)),  # (the first groups' sums: read back, dropped)
+                          wgmma_halves=wgmma_halves, first_sum=first_sum, out_t=out_t),
+        out_type if not reloaded else
+        (out_type, jax.ShapeDtypeStruct((n, mp), F32)),  # (the first groups' sums: read back,
+        # dropped)
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     y = call(w, x, ws)
     if reloaded:
         y = y[0]
+    if out_t:
+        return y[0, :m]
     if stream is not None:  # a tile's pieces (or parts) in K order: one slab a group
         y, slabs = _sum_pieces(y, pieces, tile_rows, k_groups), k_groups
         sum_groups = 1  # (the groups' sums, added in order below)

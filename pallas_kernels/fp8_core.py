@@ -365,7 +365,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     out_dtype = jnp.dtype(out_dtype or (jnp.bfloat16 if fp8_x else x.dtype))
     if path == "dense":
         return fp8_dense_matmul(x, x_scale, w, w_scale, x_scale_kind=x_scale_kind,
-                                w_scale_kind=w_scale_kind, out_dtype=out_dtype)
+                                w_scale_kind=w_scale_kind, out_dtype=out_dtype,
+                                interpret=bool(interpret))
     if path == "mgpu":
         if x_scale_kind == "none":
             return fp8_block_a16_matmul_mgpu(x, w, w_scale, scale_kind=w_scale_kind,

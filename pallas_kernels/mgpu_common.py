@@ -95,31 +95,42 @@ def zero_total(shape) -> jax.Array:
     return plgpu.layout_cast(jnp.zeros(shape, jnp.float32), plgpu.Layout.WGMMA)
 
 
-def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice) -> None:
+def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice,
+                  transposed: bool = False) -> None:
     """Store this warpgroup's 64 rows of the tile (row_slice, col_slice of out_gmem) through its
     slot of out_smem ((compute warpgroups, 64, columns)), once the slot's last store has read
-    it -- in pieces of out_smem's columns where it holds fewer than the tile's."""
+    it -- in pieces of out_smem's columns where it holds fewer than the tile's.
+    transposed: out_gmem holds the transpose ((columns, rows) of the same tile: a swap-AB
+    kernel writing y, not y^T) and out_smem's slots are (columns, 64), written through a
+    transposed view (stmatrix .trans), so no XLA pass transposes the output after."""
     wg = lax.axis_index("wg")
-    cols = out_smem.shape[2]
+    cols = out_smem.shape[1 if transposed else 2]
+    wg_rows = pl.ds(wg * WG_ROWS, WG_ROWS)
     for c in range(0, total.shape[1], cols):
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-        out_smem[wg] = (total if cols == total.shape[1] else
-                        total[:, c:c + cols]).astype(out_smem.dtype)
+        piece = (total if cols == total.shape[1] else total[:, c:c + cols]).astype(out_smem.dtype)
+        piece_cols = pl.ds(col_slice.start + c, cols)
+        if transposed:
+            out_smem.at[wg].transpose((1, 0))[...] = piece
+        else:
+            out_smem[wg] = piece
         plgpu.commit_smem()
         plgpu.copy_smem_to_gmem(
-            out_smem.at[wg], out_gmem.at[row_slice].at[pl.ds(wg * WG_ROWS, WG_ROWS),
-                                                       pl.ds(col_slice.start + c, cols)])
+            out_smem.at[wg],
+            out_gmem.at[piece_cols, row_slice].at[:, wg_rows] if transposed else
+            out_gmem.at[row_slice].at[wg_rows, piece_cols])
 
 
-def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False) -> None:
+def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False,
+               transposed: bool = False) -> None:
     """A pipeline's compute context: run it from a zero float32 total, then store this
-    warpgroup's 64 rows of the tile (store_wg_rows).
+    warpgroup's 64 rows of the tile (store_wg_rows; transposed: as its transpose).
     parts: the carry is (running part, sum of finished parts), both from zero; the latter is
     stored."""
-    zero = zero_total(out_smem.shape[1:])
+    zero = zero_total((WG_ROWS, out_smem.shape[1]) if transposed else out_smem.shape[1:])
     total = run((zero, zero))[1] if parts else run(zero)
     store_wg_rows(total, out_smem=out_smem, out_gmem=out_gmem, row_slice=row_slice,
-                  col_slice=col_slice)
+                  col_slice=col_slice, transposed=transposed)
 
 
 def weight_scale_rows(w_scale: jax.Array, kind: str, n: int, k: int) -> jax.Array:

@@ -129,8 +129,9 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
         params = mgpu_launch_params(weight_only, m, n, k, interpret, deterministic)
         launch = ", ".join(f"{key}={v}" for key, v in params.items())
-        read = ("; the e4m3 weights converted to bf16 by one XLA pass first (exact), wgmma "
-                "reading them from shared memory" if params.get("predecode") else "")
+        read = ("; the e4m3 weights widened to bf16 by one Pallas pass first (fp8_widen, "
+                "exact), wgmma reading them from shared memory" if params.get("predecode")
+                else "")
         return {"path": f"mgpu (Mosaic GPU wgmma {what} kernel, 128-row weight tiles, "
                         f"{launch}{read})"}
     if kernel == W8A16.name:

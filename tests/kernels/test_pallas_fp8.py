@@ -267,12 +267,14 @@ def test_k_parts_validation():
         MatmulConfig(1, 64, 128, variant="gemv", k_parts=2)
 
 
-@pytest.mark.parametrize("x_kind,w_kind", [("none", "channel"), ("none", "tensor"),
-                                            ("row", "channel"), ("tensor", "tensor")])
-def test_dense_path_matches_float64(rng, x_kind, w_kind):
+@pytest.mark.parametrize("x_kind,w_kind,n", [("none", "channel", 136), ("none", "channel", 144),
+                                              ("none", "tensor", 144), ("row", "channel", 136),
+                                              ("tensor", "tensor", 136)])
+def test_dense_path_matches_float64(rng, x_kind, w_kind, n):
     """fp8_dense (default mode, M >= 1024, whole-K scales): one XLA GEMM of the stored codes,
-    the scales on the float32 result."""
-    m, n, k = 1030, 136, 384
+    the scales on the float32 result; bf16 activations' weights widened by fp8_widen's pass
+    where its 16-row tiles fit N (144), by astype where not (136) -- the same values."""
+    m, k = 1030, 384
     cfg = MatmulConfig(16, 64, 128)  # resolved but unused: the path is XLA's GEMM
     x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
     w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
@@ -284,8 +286,12 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind):
         x = jnp.asarray(x, jnp.float8_e4m3fn)
         xs = jnp.asarray(rng.uniform(0.5, 2.0, {"tensor": (1, 1), "row": (m, 1)}[x_kind]),
                          jnp.float32)
-    y = jax.jit(lambda *a: fp8_matmul(*a, x_scale_kind=x_kind, w_scale_kind=w_kind, config=cfg,
-                                      out_dtype=jnp.float32, path="dense"))(x, xs, w, ws)
+    def run(*a):
+        return fp8_matmul(*a, x_scale_kind=x_kind, w_scale_kind=w_kind, config=cfg,
+                          out_dtype=jnp.float32, path="dense", interpret=True)
+    widened = "widen_e4m3" in str(jax.make_jaxpr(run)(x, xs, w, ws))
+    assert widened == (x_kind == "none" and n % 16 == 0)
+    y = jax.jit(run)(x, xs, w, ws)
     ref, bound = _kernel_reference(x, xs, w, ws, x_kind, w_kind)
     assert_close(y, ref.astype(np.float32), bound, CPU_ACC_RTOL)
 
