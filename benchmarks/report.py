@@ -170,6 +170,7 @@ CURRENT = (
     ("h200_fp4_grid_reload_s18.json", None), ("h200_fp4_grid_mx_rounded_s18.json", None),
     ("h200_fp8_grid_mid_m_s19.json", None), ("h200_fp4_grid_mid_m_s19.json", None),
     ("h200_fp8_grid_widen_s20.json", None), ("h200_fp4_grid_s20.json", None),
+    ("h200_fp8_grid_widen_m1024_m16384_s20.json", None),
 )
 
 
@@ -463,6 +464,8 @@ def main() -> int:
         ("h200_fp8_grid_widen_s20.json", "FP8 W8A16 (block, per-channel) through the "
          "dispatcher in both modes at M=4096 after session 20's Pallas widening pass and "
          "y written by the kernel, 11 shapes (call 3: figures of record)"),
+        ("h200_fp8_grid_widen_m1024_m16384_s20.json", "The same at M=1024 and 16384 "
+         "(deterministic mode for fp8_block_a16 only), 11 shapes (call 5)"),
         ("h200_fp4_grid_s20.json", "MXFP8 / MXFP4 / NVFP4 weight-only in both modes at "
          "M=512/4096 after session 20's y written by the kernel, 3 shapes (call 3)"),
         ("h200_fp4_mx_grid_s3.json", "NVFP4 / MXFP4 / MXFP8, every M (11 shapes; before "
