@@ -26,6 +26,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not on_gpu:
             item.add_marker(skip_gpu)
+    # the tests marked slow first, the longest (slow(seconds)) before the rest (a stable sort):
+    # xdist's workers then share them out at the start, instead of one worker running a
+    # 2-minute subprocess check at the end while the other idles. The other multi-device
+    # subprocess checks (test_sharding's 8 host devices, bench_tp's 2) are not marked: they keep
+    # their place well after test_parallel, never beside it (two such processes at once on 2
+    # cores once aborted in XLA's CPU all-reduce rendezvous, NOTES.md session 19)
+    def order(item):
+        slow = item.get_closest_marker("slow")
+        return -(slow.args[0] if slow and slow.args else 1 if slow else 0)
+    items.sort(key=order)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The device benchmark scripts run end to end on CPU (their smoke modes), so a device call is
 never the first run of an edited script. Timings here mean nothing; the records' shape does."""
 
+import pytest
 import json
 import os
 import pathlib
@@ -37,6 +38,7 @@ def test_bench_matmul_records_every_format_against_bf16(tmp_path):
     assert (tmp_path / "speedup_vs_bf16.png").stat().st_size > 0
 
 
+@pytest.mark.slow(27)
 def test_bench_fp4_mx_grid_mid_and_det_parts(tmp_path):
     # --tiny caps the grid's M at 32: the default M list would time M=32 five times over (and
     # M=16 runs M=1's code path in the script)
@@ -72,6 +74,7 @@ def test_check_dense_times_both_paths(tmp_path):
         assert f"M= 1024 {fmt}" in out and "| dense" in out, out
 
 
+@pytest.mark.slow
 def test_sweep_fp8_mgpu_parts_run(tmp_path):
     out_json = tmp_path / "sweep.json"
     _run(["benchmarks/sweep_fp8.py", "--tiny", "--smoke", "--parts",
@@ -93,12 +96,14 @@ def _sweep_labels(tmp_path, parts: str) -> set:
     return {r["label"] for r in json.loads(out_json.read_text())["records"]}
 
 
+@pytest.mark.slow
 def test_sweep_fp8_v5_and_mgpu_dec_parts_run(tmp_path):
     labels = _sweep_labels(tmp_path, "v5,mgpu_dec")  # (two tests: xdist balances them)
     assert sum("gemv" in label for label in labels) >= 6, labels
     assert "fp8_block_a16:mgpu_a16_smem_auto" in labels, labels
 
 
+@pytest.mark.slow
 def test_sweep_fp8_mgpu_and_mgpu_a16_parts_run(tmp_path):
     labels = _sweep_labels(tmp_path, "mgpu,mgpu_a16")
     assert {"fp8_block:mgpu_block2_g16", "fp8_block:triton_block",

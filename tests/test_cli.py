@@ -1,9 +1,11 @@
 """The README's demo command end to end (small sizes), as a user runs it."""
 
+import pytest
 import subprocess
 import sys
 
 
+@pytest.mark.slow
 def test_demo_runs_every_format_and_the_shipped_checkpoint():
     out = subprocess.run([sys.executable, "-m", "jqlin", "demo", "--m", "2", "--n", "64", "--k", "96"],
                          capture_output=True, text=True, timeout=600)

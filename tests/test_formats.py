@@ -191,6 +191,7 @@ def test_bf16_activations_give_bf16_output(rng):
     assert y3.shape == (2, 2, 64)
 
 
+@pytest.mark.slow(25)
 @settings(max_examples=25, deadline=None)
 @given(name=st.sampled_from(NAMES), m=st.integers(1, 9), n=st.integers(1, 150),
        k=st.integers(1, 300), seed=st.integers(0, 2**31))

@@ -11,6 +11,7 @@ build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in (NB / "src").glob("*.py")))
 def test_notebook_executes(name):
     nb = build.build(name)

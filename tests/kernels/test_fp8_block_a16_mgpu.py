@@ -138,6 +138,7 @@ def test_interpreter_streamed_k_parts_are_the_k_ranges_bitwise(rng, m, n, k, kin
     _check(jnp.asarray(streamed), x, w, ws, jnp.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m,n,k,kind,parts,programs,blocks,parts_sum", [
     # CTAs of 6 parts: a tile's second group begun by one CTA (folded), ended by the next
     (5, 384, 1024, "tensor", 8, 4, 1, "cond"),
@@ -212,6 +213,7 @@ def test_k_groups_launches_are_refused_where_a_group_would_not_be_one_fold(rng):
                      group_m=8, k_groups=2, **{"parts_sum": "cond", **kw})
 
 
+@pytest.mark.slow
 def test_interpreter_k_parts_are_the_k_ranges_bitwise(rng):
     """In-CTA K parts (each from zero, added in order) give exactly the bits of as many K-range
     CTAs summed afterwards. (2 ranges x 2 parts is (p0 + p1) + (p2 + p3), not 4 ranges.)"""
@@ -496,6 +498,13 @@ def test_interpreter_one_slab_launch_writes_y_itself(rng, m, params):
     _check(jnp.asarray(y), x, w, ws, jnp.bfloat16)
 
 
+@pytest.mark.parametrize("block_m", [16, 32, 64, 128])
+def test_lowers_for_cuda_on_cpu_writing_y(block_m):
+    """One-slab launches (the kernel writes y through transposed staging views) lower for CUDA
+    at every x tile that takes them (8-row tiles' 16-byte rows write float32 slabs)."""
+    _assert_lowers_for_cuda(300, 512, 1024, dict(block_m=block_m, k_splits=1))
+
+
 def _assert_lowers_for_cuda(m: int, n: int, k: int, params: dict) -> None:
     """fp8_block_a16 with block scales and launch settings params lowers for CUDA (on CPU)."""
     x = jnp.ones((m, k), jnp.bfloat16)
@@ -653,6 +662,7 @@ def _fixed_order_rows(rng, ms, n, k, interpret):
     return rows
 
 
+@pytest.mark.slow(35)
 def test_interpreter_fixed_k_order_rows_are_batch_invariant(rng):
     """The deterministic schedule (det_params): row 0 bitwise at M=1, 7 (x tiles of 16 rows),
     40 (64) and 300 (128), K=512 in 4 parts, in each launch and as K ranges, in-CTA parts and

@@ -1,10 +1,12 @@
 """run_llama_demo: converts the bf16 fixture, generates, reports kernels and the logit error."""
 
+import pytest
 import numpy as np
 
 from jqlin.models.demo import run_llama_demo
 
 
+@pytest.mark.slow
 def test_demo_on_the_bf16_fixture(fixtures_dir):
     lines = []
     result = run_llama_demo(fixtures_dir / "bf16", out=lines.append, format="fp8_ptpc",

@@ -127,6 +127,7 @@ def _random_tiny(rng):
     return model, cfg, params
 
 
+@pytest.mark.slow
 def test_forward_matches_independent_float64_model(rng):
     model, cfg, params = _random_tiny(rng)
     assert model.lm_head is None
@@ -163,6 +164,7 @@ def test_generate_uses_the_cache_consistently(rng):
         model.generate(ids, 2, lengths=[0, 9])
 
 
+@pytest.mark.slow
 def test_batch_invariance_end_to_end(fixtures_dir, rng):
     """deterministic=True: prompt A alone, again, and batched with a longer prompt B (before or
     after it) give identical tokens and bitwise identical logits for A over 48 greedy tokens."""
@@ -199,6 +201,7 @@ def test_strict_loading_names_the_tensor(fixtures_dir):
         llama.from_checkpoint(42)
 
 
+@pytest.mark.slow
 def test_quantize_model_on_a_loaded_llama(fixtures_dir):
     ids = np.load(fixtures_dir / "bf16" / "reference" / "input_ids.npy")
     base = np.asarray(llama.from_checkpoint(fixtures_dir / "bf16")(ids))
@@ -237,6 +240,7 @@ def test_partly_quantized_projection_stays_unfused(fixtures_dir):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
 
 
+@pytest.mark.slow
 def test_deterministic_rows_do_not_see_the_cache_size(rng):
     model, cfg, _ = _random_tiny(rng)
     a = rng.integers(0, cfg.vocab_size, 3).tolist()

@@ -13,6 +13,7 @@ SCRIPT = pathlib.Path(__file__).with_name("tp_check.py")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow(120)
 def test_llama_tensor_parallel_matches_one_device(fixtures_dir):
     # (one process for every group: split in two, CI's run of both beside other tests once
     # aborted in XLA's CPU all-reduce rendezvous -- one of the two host devices' threads never
