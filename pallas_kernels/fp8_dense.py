@@ -24,7 +24,7 @@ from jax import lax
 
 from .fp8_widen import WIDEN_COLS, WIDEN_ROWS, widen_e4m3
 
-__all__ = ["fp8_dense_matmul"]
+__all__ = ["fp8_dense_matmul", "widens"]
 
 F32 = jnp.float32
 _DIMS = (((1,), (1,)), ((), ()))
@@ -51,12 +51,17 @@ def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_sc
     return y.astype(out_dtype)
 
 
+def widens(n: int, k: int, dtype) -> bool:
+    """Whether an (n, k) e4m3 weight beside activations of dtype goes through fp8_widen's pass
+    (16-bit activations, the pass's tiles fitting the weight) rather than XLA's astype."""
+    return (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+            and n % WIDEN_ROWS == 0 and k % WIDEN_COLS[-1] == 0)
+
+
 def _widened(w: jax.Array, dtype, interpret: bool) -> jax.Array:
-    """w's values in the activations' dtype (exact): fp8_widen's pass where its tiles fit
-    (H200, session 20: 50-53 us against XLA's convert's 81 for an 8192 x 8192 weight, bitwise
-    the same), else XLA's astype (float32 activations, N off its row tiles)."""
-    n, k = w.shape
-    if (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-            and n % WIDEN_ROWS == 0 and k % WIDEN_COLS[-1] == 0):
+    """w's values in the activations' dtype (exact): fp8_widen's pass where `widens` (H200,
+    session 20: 50-53 us against XLA's convert's 81 for an 8192 x 8192 weight, bitwise the
+    same), else XLA's astype."""
+    if widens(*w.shape, dtype):
         return widen_e4m3(w, dtype, interpret=interpret)
     return w.astype(dtype)

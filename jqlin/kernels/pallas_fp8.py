@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
 from pallas_kernels.fp8_core import mgpu_launch_params
+from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
@@ -123,7 +124,11 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic,
                     interpret=interpret, n=n, k=k, x_dtype=x_dtype)
     if path == "dense":
-        return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result)"}
+        widened = ("; the e4m3 weight widened to the activations' dtype by one Pallas pass "
+                   "first (fp8_widen, exact)" if kernel == W8A16.name and widens(n, k, x_dtype)
+                   else "")
+        return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result"
+                        f"{widened})"}
     if path == "mgpu":
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"

@@ -380,6 +380,10 @@ def test_dispatch_runs_the_dense_path_at_prefill_sizes(rng):
         ref = np.asarray(dispatch.matmul(x, qw, kernel="xla"))
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(),
                                    err_msg=fmt)
+    # the explanation names the widening pass where the weight-only dense path takes it
+    def path(x_dtype):
+        return describe_config("pallas_fp8_w8a16", 1024, qw, qw.spec, x_dtype, False)["path"]
+    assert "fp8_widen" in path(jnp.bfloat16) and "fp8_widen" not in path(jnp.float32)
 
 
 def test_launch_rejects_bad_arguments(rng):
