@@ -12,8 +12,11 @@ Question (NOTES.md session 20): the kernel's CTA tile is 128 weight rows x 128 x
 128-wide K step moves 64 KB of bf16 tiles into shared memory for 4.2 MFLOP (64 FLOP/B); at
 XLA's ~700 TFLOP/s that is ~11 TB/s out of L2. If L2 -> SMEM traffic is the bound, JAX's example
 at a 128x128 CTA tile trails its 128x256 tile, and a 2-CTA cluster multicasting the shared
-operand recovers it. On CPU this is a smoke run at small sizes (interpret mode; the example
-and the clusters are skipped).
+operand recovers it. Also timed: the widening pass alone against XLA's convert (and its
+tile variants), the dense per-channel W8A16 path, MX deterministic mode's predecode (XLA's
+dequantization of codes and e8m0 scales), and the example at a 192-row tile on 4032 rows (the
+accumulator a 192-row x tile would give the swap-AB kernel). On CPU this is a smoke run at
+small sizes (interpret mode; the example and the clusters are skipped).
 """
 
 from __future__ import annotations
@@ -88,6 +91,15 @@ def cases(m: int, n: int, k: int, gpu: bool):
     yield "dense_per_channel_a16", jax.jit(lambda a, w, s: fp8_dense_matmul(
         a, None, w, s, x_scale_kind="none", w_scale_kind="channel",
         out_dtype=jnp.bfloat16, interpret=not gpu)), (x, w8, wc)
+    # MX deterministic mode's predecode (XLA's dequantization of codes and e8m0 scales), the
+    # next pass of its kind to measure (NOTES.md session 20): MXFP8 and MXFP4 codes of (n, k)
+    from pallas_kernels.mgpu_group_decode import FORMATS, predecode_weights
+    e8m0 = jnp.asarray(rng.integers(120, 130, (n, k // 32)), jnp.uint8)
+    nib = jnp.asarray(rng.integers(0, 256, (n, k // 2)), jnp.uint8)
+    yield "mx_predecode_mxfp8", jax.jit(lambda w, s: predecode_weights(
+        w, s, FORMATS["mxfp8"])), (w8, e8m0)
+    yield "mx_predecode_mxfp4", jax.jit(lambda w, s: predecode_weights(
+        w, s, FORMATS["mxfp4"])), (nib, e8m0)
     if not gpu:
         return
     for name, kw in (("ex_cta128x256", dict(tile_m=128, tile_n=128, wg="N")),
@@ -101,6 +113,15 @@ def cases(m: int, n: int, k: int, gpu: bool):
         try:
             yield name, jax.jit(_example(m, n, k, **kw)), (x, wt)
         except Exception as e:  # recorded, the others go on
+            print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+    # x tiles of 192 rows (three 64-row wgmma blocks a warpgroup, weight tiles of 64 rows a
+    # warpgroup: the accumulator a 192-row x tile would give our swap-AB kernel) on 4032 rows
+    m192 = m // 192 * 192
+    for name, kw in (("ex_cta192x128_m4032", dict(tile_m=192, tile_n=64, wg="N")),
+                     ("ex_cta128x128_m4032", dict(tile_m=64, tile_n=128, wg="M"))):
+        try:
+            yield name, jax.jit(_example(m192, n, k, **kw)), (x[:m192], wt)
+        except Exception as e:
             print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
 
 
@@ -125,7 +146,9 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
             x, wt = args
             ref = jnp.dot(x.astype(jnp.float32), wt.astype(jnp.float32),
                           precision=jax.lax.Precision.HIGHEST)
-        if name == "xla_convert" or name.startswith("widen"):  # bitwise the codes' bf16 values
+        if name.startswith("mx_predecode"):  # timing only: the GPU tests hold its values
+            err = None
+        elif name == "xla_convert" or name.startswith("widen"):  # bitwise the codes' bf16 values
             err = float(not np.array_equal(np.asarray(y).view(np.uint16),
                                            np.asarray(args[0].astype(jnp.bfloat16))
                                            .view(np.uint16)))
@@ -141,7 +164,7 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
             err = _check(name, y, jnp.dot(x.astype(jnp.float32), wf.T,
                                           precision=jax.lax.Precision.HIGHEST))
         else:
-            err = _check(name, y, ref)
+            err = _check(name, y, ref[:y.shape[0]])
         with tempfile.TemporaryDirectory() as d:
             jax.profiler.start_trace(d)
             for _ in range(calls):
@@ -153,10 +176,13 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
                 per_kernel[kname[:80]].append(dur * 1e-3)
         kernels = {kn: statistics.median(v) for kn, v in per_kernel.items()}
         total = sum(kernels.values())
-        flops = 0 if name == "xla_convert" or name.startswith("widen") else 2 * m * n * k
+        passes = name == "xla_convert" or name.startswith(("widen", "mx_predecode"))
+        rows = args[0].shape[0] if name.startswith("ex_") else m
+        flops = 0 if passes else 2 * rows * n * k
         rec = dict(case=name, m=m, n=n, k=k, rel_err=err, kernels_us=kernels, total_us=total,
                    tflops=flops / (total * 1e-6) / 1e12 if total else None,
-                   convert_tb_s=3 * n * k / (total * 1e-6) / 1e12 if total and not flops else None)
+                   convert_tb_s=(sum(a.nbytes for a in args) + y.nbytes) / (total * 1e-6) / 1e12
+                   if total and not flops else None)
         print(f"{name}: {total:.1f} us, {rec['tflops'] or 0:.0f} TFLOP/s "
               f"{rec['convert_tb_s'] or 0:.2f} TB/s  {kernels}", flush=True)
         records.append(rec)
