@@ -72,8 +72,8 @@ from .launch import sum_device_splits, writes_partials
 from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
 from .mgpu_group_decode import decode_jnp as decode_groups_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k, relabel
-from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_rows,
-                          store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
+from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_piece,
+                          store_rows, store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
                           weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
@@ -492,14 +492,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
                              + second[:, c:c + staged])  # (park's order: first + second)
                     if out_view is not out_smem:  # every thread's read done: the narrower
                         plgpu.commit_smem()  # output overwrites the same bytes
-                    if out_t:  # y's rows, not y^T's (store_wg_rows' transposed)
-                        out_view.at[wg].transpose((1, 0))[...] = total.astype(out_view.dtype)
-                        dst = out_gmem.at[split].at[cols, n_slice].at[:, rows]
-                    else:
-                        out_view[wg] = total.astype(out_view.dtype)
-                        dst = out_gmem.at[split].at[n_slice].at[rows, cols]
-                    plgpu.commit_smem()
-                    plgpu.copy_smem_to_gmem(out_view.at[wg], dst)
+                    store_piece(total, out_view.at[wg],  # (out_t: y's rows, not y^T's)
+                                out_gmem.at[split].at[cols, n_slice].at[:, rows] if out_t else
+                                out_gmem.at[split].at[n_slice].at[rows, cols], out_t)
         elif slabs > 1:  # every part stored as it ends (store_part)
             def context(run):
                 run(zero_total(out_smem.shape[1:]))
@@ -1352,12 +1347,11 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         slabs = k_splits * (k_parts if parts_sum == "store" else k_groups if stored_groups else 1)
     kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
                   or parked else out_dtype)
-    # one finished output a tile (no slabs, no float32 sums to add or finish after; reloaded
-    # groups finish theirs in the CTA): the kernel writes y, not y^T -- no XLA transpose of the
-    # output (H200, session 20: 32 us of 896 at M=4096 on 8192x8192,
-    # benchmarks/profile_prefill.py)
-    out_t = (kernel_out == out_dtype and out_dtype.itemsize == 2 and not writes_partials(slabs)
-             and stream is None and first_sum in (None, "reload") and finish is None)
+    # a 16-bit kernel output is a finished one (float32 whenever slabs are added, a finish
+    # follows or a first group is parked; reloaded groups finish theirs in the CTA): unless
+    # streamed, the kernel then writes y, not y^T -- no XLA transpose of the output (H200,
+    # session 20: 32 us of 896 at M=4096 on 8192x8192, benchmarks/profile_prefill.py)
+    out_t = kernel_out.itemsize == 2 and stream is None
     stages = _stages(stages, block_m, x.dtype.itemsize, 4 if reloaded else kernel_out.itemsize,
                      a_in_registers or a_load == "smem",
                      blocks_per_step, compute_wgs, scales, k, stream.held if stream else 1,

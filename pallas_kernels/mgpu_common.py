@@ -16,7 +16,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
-           "store_rows", "store_wg_rows", "zero_total", "weight_scale_rows", "interpret_params", "mgpu_kernel", "COMPUTE_WGS"]
+           "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
+           "interpret_params", "mgpu_kernel", "COMPUTE_WGS"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup
@@ -108,17 +109,23 @@ def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice,
     wg_rows = pl.ds(wg * WG_ROWS, WG_ROWS)
     for c in range(0, total.shape[1], cols):
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-        piece = (total if cols == total.shape[1] else total[:, c:c + cols]).astype(out_smem.dtype)
         piece_cols = pl.ds(col_slice.start + c, cols)
-        if transposed:
-            out_smem.at[wg].transpose((1, 0))[...] = piece
-        else:
-            out_smem[wg] = piece
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(
-            out_smem.at[wg],
-            out_gmem.at[piece_cols, row_slice].at[:, wg_rows] if transposed else
-            out_gmem.at[row_slice].at[wg_rows, piece_cols])
+        store_piece(total if cols == total.shape[1] else total[:, c:c + cols], out_smem.at[wg],
+                    out_gmem.at[piece_cols, row_slice].at[:, wg_rows] if transposed else
+                    out_gmem.at[row_slice].at[wg_rows, piece_cols], transposed)
+
+
+def store_piece(piece, slot, out_piece, transposed: bool = False) -> None:
+    """piece (64 rows, columns) -> out_piece, its place in the output, through the staging slot
+    (whose last store the caller has waited for): rounded to the slot's dtype, written, and
+    copied out by TMA. transposed: out_piece is its (columns, 64) place in a transposed output
+    and the slot is (columns, 64), written through a transposed view (stmatrix .trans)."""
+    if transposed:
+        slot.transpose((1, 0))[...] = piece.astype(slot.dtype)
+    else:
+        slot[...] = piece.astype(slot.dtype)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(slot, out_piece)
 
 
 def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False,

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax._src.mesh import AbstractDevice, AbstractMesh
+from jax.sharding import AbstractDevice, AbstractMesh
 
 from pallas_kernels.fp8_widen import WIDEN_ROWS, widen_e4m3
 
