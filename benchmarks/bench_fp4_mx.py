@@ -23,7 +23,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     CTA's two groups' sums stored to slabs, M = 4096), detgroupsreload (deterministic mode
     with the first group's sum read back in its CTA, M = 4096),
     detranges (deterministic K ranges with stored parts at
-    M = 64 / 256), kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
+    M = 64 / 256), dequant (group_dequant's pass beside XLA's dequantization, M = 1024 / 4096),
+    kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ DETHALVES_SHAPES = DETRANGES_SHAPES + [("llama3-70b", 8192, 10240), ("llama3-70b
                                        ("deepseek-v3", 7168, 24576)]
 # det_park_ops / det_group_halves_ops: in-CTA parts at 128-row tiles (M = 256 / 4096)
 PARK_SHAPES = DETRANGES_SHAPES[:1] + DETRANGES_SHAPES[3:] + [("llama3-70b", 28672, 8192)]
+# a square weight, K = 14336 (deterministic mode's stored groups), e2m1 words (MXFP4's predecode
+# keeps their K permutation: an XLA pass after the dequantization)
+DEQUANT_SHAPES = [("llama3-70b", 8192, 8192), ("llama3-8b", 14336, 4096),
+                  ("deepseek-v3", 7168, 24576)]
 MIDM_SHAPES = [("llama3-8b", 4096, 4096), ("llama3-70b", 8192, 8192), ("llama3-8b", 14336, 4096)]
 DETSTREAM_SHAPES = [("llama3-8b", 4096, 28672), ("llama3-70b", 8192, 57344)]
 DETS_SHAPES = [("deepseek-v3", 7168, 24576), ("deepseek-v3", 7168, 36864),
@@ -487,6 +492,37 @@ def det_groups_reload_ops(k: int, n: int) -> list[bench.Op]:
     return _beside_det("det-reload", _det_reloaded, ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
 
 
+def _xla_dequant_op(fmt: str, det: bool) -> bench.Op:
+    """The format's auto kernel with its dequantization pass (dense path, predecode) forced to
+    XLA's, as before session 21 -- the same values (group_dequant)."""
+    from pallas_kernels.mx_dense import xla_dequantization
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):  # (traced within: the jitted op keeps XLA's pass; thread-local, as
+        # jqlin.bench traces ops concurrently -- a module patch leaked into the others)
+        with xla_dequantization():
+            return apply(x, qw, qw.spec, deterministic=det, interpret=interpret)
+    return bench.Op("var[xla-dequant]", fmt, "det" if det else "default", fn)
+
+
+def dequant_ops(k: int, n: int) -> list[bench.Op]:
+    """group_dequant's Pallas pass (session 21) beside XLA's dequantization, in the dense path
+    (default mode, M >= 1024) and deterministic mode's predecode (MX, M >= 4096), and NVFP4's
+    deterministic launch on predecoded codes (det-predecode) now that the pass is cheaper.
+    Prediction (NOTES session 21): 8192x8192 passes 100.9 -> ~45 us (MXFP4), 80.8 -> ~53 us
+    (MXFP8); so the dense path -5..-10% at M=4096, -15..-25% at M=1024."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16", "nvfp4"):
+        ops += [_auto(fmt), _xla_dequant_op(fmt, False)]
+    for fmt in ("mxfp4_a16", "mxfp8_a16"):
+        ops += [_auto(fmt, det=True), _xla_dequant_op(fmt, True)]
+    ops += [_auto("nvfp4_a16", det=True),
+            _mgpu_group_op("nvfp4_a16", "det-predecode", deterministic=True,
+                           adjust=_det_predecoded)]
+    return ops
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -625,6 +661,8 @@ def main(argv=None) -> int:
             plan.append((PARK_SHAPES, (4096,), det_groups_store_ops))
         elif part == "detgroupsreload":  # the first group's sum read back (session 18)
             plan.append((PARK_SHAPES, (4096,), det_groups_reload_ops))
+        elif part == "dequant":  # group_dequant's pass vs XLA's (session 21)
+            plan.append((DEQUANT_SHAPES, (1024, 4096), dequant_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

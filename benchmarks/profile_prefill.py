@@ -97,9 +97,23 @@ def cases(m: int, n: int, k: int, gpu: bool):
     e8m0 = jnp.asarray(rng.integers(120, 130, (n, k // 32)), jnp.uint8)
     nib = jnp.asarray(rng.integers(0, 256, (n, k // 2)), jnp.uint8)
     yield "mx_predecode_mxfp8", jax.jit(lambda w, s: predecode_weights(
-        w, s, FORMATS["mxfp8"])), (w8, e8m0)
+        w, s, FORMATS["mxfp8"], interpret=not gpu)), (w8, e8m0)
     yield "mx_predecode_mxfp4", jax.jit(lambda w, s: predecode_weights(
-        w, s, FORMATS["mxfp4"])), (nib, e8m0)
+        w, s, FORMATS["mxfp4"], interpret=not gpu)), (nib, e8m0)
+    # session 21: predecode_weights takes group_dequant's Pallas pass (above, where it fits);
+    # XLA's dequantization beside it, and NVFP4's (e4m3 scales per 16), in the same run
+    from pallas_kernels.group_dequant import dequantize_groups
+    from pallas_kernels.mx_dense import dequantize_bf16
+    e4m3s = jnp.asarray(rng.uniform(0.01, 2.0, (n, k // 16)), jnp.float32).astype(
+        jnp.float8_e4m3fn)
+    for fmt, w_, s_, elem, scale, group in (("mxfp8", w8, e8m0, "e4m3", "e8m0", 32),
+                                            ("mxfp4", nib, e8m0, "e2m1", "e8m0", 32),
+                                            ("nvfp4", nib, e4m3s, "e2m1", "e4m3", 16)):
+        kw = dict(elem=elem, scale=scale, group=group)
+        yield f"xla_dequant_{fmt}", jax.jit(lambda w, s, kw=kw: dequantize_bf16(
+            w, s, **kw)), (w_, s_)
+        yield f"group_dequant_{fmt}", jax.jit(lambda w, s, kw=kw: dequantize_groups(
+            w, s, interpret=not gpu, **kw)), (w_, s_)
     if not gpu:
         return
     for name, kw in (("ex_cta128x256", dict(tile_m=128, tile_n=128, wg="N")),
@@ -134,7 +148,7 @@ def _check(name: str, y: jax.Array, ref: jax.Array) -> float:
 def times(m: int, n: int, k: int, calls: int) -> list[dict]:
     gpu = jax.default_backend() == "gpu"
     records = []
-    ref = None
+    ref = dequant_ref = None
     for name, fn, args in cases(m, n, k, gpu):
         try:
             y = jax.block_until_ready(fn(*args))
@@ -148,6 +162,12 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
                           precision=jax.lax.Precision.HIGHEST)
         if name.startswith("mx_predecode"):  # timing only: the GPU tests hold its values
             err = None
+        elif name.startswith("xla_dequant"):  # the reference of the next case's bits
+            err, dequant_ref = None, y
+        elif name.startswith("group_dequant"):  # bitwise XLA's dequantization (NaN: any NaN)
+            a, b = np.asarray(y, np.float32), np.asarray(dequant_ref, np.float32)
+            err = float(not np.array_equal(a, b, equal_nan=True))
+            print(f"{name}: bitwise XLA's dequantization: {err == 0}", flush=True)
         elif name == "xla_convert" or name.startswith("widen"):  # bitwise the codes' bf16 values
             err = float(not np.array_equal(np.asarray(y).view(np.uint16),
                                            np.asarray(args[0].astype(jnp.bfloat16))
@@ -176,7 +196,8 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
                 per_kernel[kname[:80]].append(dur * 1e-3)
         kernels = {kn: statistics.median(v) for kn, v in per_kernel.items()}
         total = sum(kernels.values())
-        passes = name == "xla_convert" or name.startswith(("widen", "mx_predecode"))
+        passes = name == "xla_convert" or name.startswith(("widen", "mx_predecode",
+                                                           "xla_dequant", "group_dequant"))
         rows = args[0].shape[0] if name.startswith("ex_") else m
         flops = 0 if passes else 2 * rows * n * k
         rec = dict(case=name, m=m, n=n, k=k, rel_err=err, kernels_us=kernels, total_us=total,

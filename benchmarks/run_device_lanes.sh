@@ -12,7 +12,8 @@
 #        tp_check's groups, TP_ARGS bench_tp's arguments),
 #        probe (benchmarks/probe_det_mgpu.py; T_PROBE),
 #        probew4[:<shapes>:<m>] (benchmarks/probe_w4_mgpu.py; T_PROBE, PROBE_ARGS),
-#        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU).
+#        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU),
+#        prefill (benchmarks/profile_prefill.py's per-kernel times; T_PREFILL, PREFILL_CALLS).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
@@ -44,7 +45,7 @@ lane() {  # lane <gpus> <steps...>
           -rf -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} tests/kernels/test_pallas_fp8.py \
           tests/kernels/test_pallas_fp4_gpu.py tests/kernels/test_fp8_block_mgpu.py \
           tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_group_a16_mgpu.py \
-          tests/kernels/test_fp8_widen.py \
+          tests/kernels/test_fp8_widen.py tests/kernels/test_group_dequant.py \
           tests/test_dispatch.py 2>&1 | tail -40
         echo "pytest rc=${PIPESTATUS[0]}";;
       grid)
@@ -81,6 +82,11 @@ lane() {  # lane <gpus> <steps...>
           > "$OUT/ncu_gpu$gpu.csv" 2> "$OUT/ncu_gpu$gpu.err"
         echo "ncu rc=$?"; tail -3 "$OUT/ncu_gpu$gpu.err"
         python3 benchmarks/ncu_summary.py "$OUT/ncu_gpu$gpu.csv" --kernels fp8_w8a 2>&1 | head -60;;
+      prefill)  # per-kernel times at M=4096, 8192x8192 (benchmarks/profile_prefill.py)
+        CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_PREFILL:-240})" python3 \
+          benchmarks/profile_prefill.py --calls "${PREFILL_CALLS:-10}" \
+          --out "$OUT/prefill_gpu${gpu}_$n.json" > "/tmp/prefill$gpu.log" 2>&1
+        echo "prefill rc=$?"; grep -E " us,|bitwise|rror" "/tmp/prefill$gpu.log" | cut -c1-160 | head -60;;
       fp4parts)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_FP4:-500})" python3 benchmarks/bench_fp4_mx.py \
           --parts "$shapes" --reps 3 --out "/tmp/fp4p_$gpu" > "/tmp/fp4p$gpu.log" 2>&1

@@ -219,7 +219,7 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     if f.post_factor == 1 and col is None:  # (MX) nothing to apply: the kernel may round and
         finish = None  # write out_dtype itself, as the same float32 sums rounded once
     if predecode:  # the values decode() gives, K-blocks permuted as decode_words hands them
-        w_dec = predecode_weights(w, scales, f)
+        w_dec = predecode_weights(w, scales, f, interpret=bool(interpret))
         perm = "halves" if a_load == "words" else None
         params.update(a_load="smem", k_perm=perm)
         return _launch(x, w_dec if perm is None else permute_k(w_dec, perm),

@@ -50,7 +50,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .mgpu_relabel import TILE, _positions
 from .mx_decode import BF16X2_2_POW_126, e8m0_to_f32, expand_groups
-from .mx_dense import dequantize_bf16
+from .mx_dense import dequantized
 
 __all__ = ["Format", "FORMATS", "E2M1_VALUES", "register_map", "word_register_map",
            "nibble_patterns", "word_patterns", "decode_jnp", "decode", "decode_words",
@@ -174,14 +174,16 @@ def decode_jnp(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
     return (v * s * (1.0 / fmt.post_factor)).astype(jnp.bfloat16)
 
 
-def predecode_weights(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
+def predecode_weights(w: jax.Array, scales: jax.Array, fmt: Format,
+                      interpret: bool = False) -> jax.Array:
     """The whole weight as decode_jnp decodes a K-block -- bf16 (N, K) = code * scale /
-    fmt.post_factor -- by the dense path's XLA dequantization (group_a16_mgpu's predecode;
-    ml_dtypes' float4 conversion, 3x faster than decode_jnp's arithmetic, which must also run
-    inside a kernel): e2m1 codes packed as stored (uint8 (N, K/2), low nibble first) or e4m3
-    (N, K); scales uint8 (N, K/group)."""
-    return dequantize_bf16(w, scales, elem=fmt.elem, scale=fmt.scale, group=fmt.group,
-                           factor=1.0 / fmt.post_factor)
+    fmt.post_factor -- by the dense path's dequantization (group_a16_mgpu's predecode;
+    mx_dense.dequantized: group_dequant's Pallas pass where it fits, else XLA's float4
+    conversion, 3x faster than decode_jnp's arithmetic; the same bits): e2m1 codes packed as
+    stored (uint8 (N, K/2), low nibble first) or e4m3 (N, K); scales uint8 (N, K/group).
+    interpret: the Pallas pass in the interpreter."""
+    return dequantized(w, scales, elem=fmt.elem, scale=fmt.scale, group=fmt.group,
+                       factor=1.0 / fmt.post_factor, interpret=interpret)
 
 
 _NVFP4_SCALES_PTX = """{

@@ -355,7 +355,8 @@ def mx_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.A
         _check("col_scale", col_scale, (n,), [F32])
     if path == "dense":
         return dense_dequant_matmul(x_parts, w, w_scale, col_scale, elem=elem, scale=scale,
-                                    group=group, post=post, out_dtype=out_dtype)
+                                    group=group, post=post, out_dtype=out_dtype,
+                                    interpret=interpret)
     if path != "pallas":
         raise ValueError(f"path must be 'pallas' or 'dense', got {path!r}")
     split_nibbles = elem == "e2m1" and fp4_layout == "split"

@@ -10,13 +10,15 @@ Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for
 with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
 activation) and N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
 session 12: the codes decoded in registers; MX formats in deterministic mode from
-PREDECODE_MIN_M rows on decoded to exact bf16 by one XLA pass first, session 17) runs in
+PREDECODE_MIN_M rows on decoded to exact bf16 by one pass first, session 17) runs in
 default mode up to M = 256 and in deterministic mode at every M; otherwise the Triton kernel
 (mx_core). In default mode from
-M = 1024 (prefill) the weight is instead dequantized exactly to bf16 in one XLA pass and
+M = 1024 (prefill) the weight is instead dequantized exactly to bf16 in one pass and
 multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, float32
-accumulation, measured faster there. pallas_kernels.fp4_matmul.mgpu_path is the rule.
-MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
+accumulation, measured faster there. Both passes are group_dequant's Pallas kernel where its
+tiles fit the weight (session 21), else XLA's dequantization: the same bits.
+pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is
+available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
 same `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
 reference's codes bit for bit, and are handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
@@ -33,6 +35,7 @@ from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
                                        fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
                                        resolve_dequant_config)
+from pallas_kernels.group_dequant import dequant_pass_fits
 from pallas_kernels.mx_core import activation_parts, split_activation
 from pallas_kernels.mx_dense import DENSE_MIN_M
 from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
@@ -156,14 +159,18 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                        "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
     path = mgpu_path(fmt, m, n, k, parts, BF16 if parts == 1 else x_dtype,
                      deterministic=deterministic, config=None, path=None, interpret=False)
+    # one predicate for the pass and its explanation (mx_dense.dequantized)
+    dequant = ("one Pallas pass (group_dequant)"
+               if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
+                                    group=wk.group_size) else "one XLA pass")
     if path == "mgpu":
         from pallas_kernels.group_a16_mgpu import group_launch_params
         params = group_launch_params(m, n, k, False, deterministic=deterministic, fmt=fmt)
-        how = ("codes decoded to exact bf16 by one XLA pass, wgmma reading them from shared "
+        how = (f"codes decoded to exact bf16 by {dequant}, wgmma reading them from shared "
                "memory" if params.get("predecode") else "codes decoded in registers")
         return {"path": f"mgpu (Mosaic GPU, {how})", **params}
     if path == "dense":
-        return {"path": "dense (exact bf16 dequantization + XLA dot)"}
+        return {"path": f"dense (exact bf16 dequantization by {dequant} + XLA dot)"}
     name = (NVFP4_KERNEL if wk.scale_dtype == "float8_e4m3fn" else
             MXFP4_KERNEL if wk.is_fp4 else MXFP8_KERNEL)
     cfg = resolve_dequant_config(name, m=m, n=n, k=k, elem_bits=4 if wk.is_fp4 else 8,

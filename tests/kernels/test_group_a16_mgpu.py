@@ -14,6 +14,7 @@ import pytest
 from pallas_kernels.fp8_block_a16_mgpu import launch_params
 from pallas_kernels.group_a16_mgpu import (group_a16_matmul_mgpu, group_launch_params,
                                            nvfp4_a16_matmul_mgpu)
+from pallas_kernels.mx_dense import dequantize_bf16
 from pallas_kernels.mgpu_group_decode import (E2M1_VALUES, FORMATS, decode_jnp, nibble_patterns,
                                               predecode_weights, register_map, scale_splat_values,
                                               word_patterns, word_register_map)
@@ -86,9 +87,9 @@ def test_decode_jnp_is_the_float64_dequantization(rng):
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8"])
 def test_predecode_weights_are_decode_jnp_for_every_code_and_scale(rng, fmt):
-    """The predecode pass (XLA's float4 conversion) gives decode_jnp's bits (what the GPU
-    decode is tested against) for every code and every scale byte, the packed nibble order
-    included."""
+    """The predecode pass (group_dequant's Pallas pass, in the interpreter, and XLA's float4
+    conversion, where the pass does not fit) gives decode_jnp's bits (what the GPU decode is
+    tested against) for every code and every scale byte, the packed nibble order included."""
     f = FORMATS[fmt]
     n, k = 256, 512
     scale_bytes = (np.tile(FINITE_E4M3, -(-n * k // f.group // FINITE_E4M3.size))
@@ -101,10 +102,14 @@ def test_predecode_weights_are_decode_jnp_for_every_code_and_scale(rng, fmt):
     else:
         w = rng.choice(FINITE_E4M3, (n, k)).view(E4M3)
         codes = jnp.asarray(w)
-    want = decode_jnp(codes, jnp.asarray(scales), f)
-    got = predecode_weights(jnp.asarray(w), jnp.asarray(scales), f)
-    np.testing.assert_array_equal(np.asarray(got).view(np.uint16),
-                                  np.asarray(want).view(np.uint16))
+    want = np.asarray(decode_jnp(codes, jnp.asarray(scales), f)).view(np.uint16)
+    got = predecode_weights(jnp.asarray(w), jnp.asarray(scales), f, interpret=True)
+    assert "dequantize_" in str(jax.make_jaxpr(
+        lambda a, b: predecode_weights(a, b, f, interpret=True))(w, scales))
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want)
+    xla = dequantize_bf16(jnp.asarray(w), jnp.asarray(scales), elem=f.elem, scale=f.scale,
+                          group=f.group, factor=1.0 / f.post_factor)
+    np.testing.assert_array_equal(np.asarray(xla).view(np.uint16), want)
 
 
 def _operands(rng, m, n, k):

@@ -171,9 +171,11 @@ def test_dense_path_matches(rng):
         kw = {}
         if fmt == "nvfp4_a16":
             col, post = nvfp4_post_scale(qw, qw.spec)
-            y = fn(parts, qw.data, qw.scale, col, post=post, out_dtype=jnp.float32, path="dense")
+            y = fn(parts, qw.data, qw.scale, col, post=post, out_dtype=jnp.float32, path="dense",
+                   interpret=True)
         else:
-            y = fn(parts, qw.data, qw.scale, out_dtype=jnp.float32, path="dense", **kw)
+            y = fn(parts, qw.data, qw.scale, out_dtype=jnp.float32, path="dense",
+                   interpret=True, **kw)
         ref = sum(np.asarray(p.astype(jnp.float32), np.float64) for p in parts) @ \
             np.asarray(qw.dequantize_storage(), np.float64).T
         assert _rel(y, ref) < 1e-6, fmt
