@@ -114,14 +114,6 @@ def cases(m: int, n: int, k: int, gpu: bool):
             w, s, **kw)), (w_, s_)
         yield f"group_dequant_{fmt}", jax.jit(lambda w, s, kw=kw: dequantize_groups(
             w, s, interpret=not gpu, **kw)), (w_, s_)
-    # MXFP4 codes read as words (deterministic mode's predecode from 7168x24576): the K
-    # permutation by XLA after the pass (before) and written by the pass (k_perm)
-    from pallas_kernels.mgpu_relabel import permute_k
-    kw = dict(elem="e2m1", scale="e8m0", group=32)
-    yield "xla_dequant_mxfp4_halves", jax.jit(lambda w, s: permute_k(dequantize_groups(
-        w, s, interpret=not gpu, **kw), "halves")), (nib, e8m0)
-    yield "group_dequant_mxfp4_halves", jax.jit(lambda w, s: dequantize_groups(
-        w, s, k_perm="halves", interpret=not gpu, **kw)), (nib, e8m0)
     if not gpu:
         return
     for name, kw in (("ex_cta128x256", dict(tile_m=128, tile_n=128, wg="N")),

@@ -37,6 +37,7 @@ from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_l
                                  stream_programs)
 from .fp8_heuristics import num_sms
 from .mgpu_group_decode import FORMATS, Format, predecode_weights
+from .mgpu_relabel import permute_k
 
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
            "group_a16_matmul_mgpu", "group_launch_params", "with_blocks_per_step", "k_multiple",
@@ -218,10 +219,10 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     if f.post_factor == 1 and col is None:  # (MX) nothing to apply: the kernel may round and
         finish = None  # write out_dtype itself, as the same float32 sums rounded once
     if predecode:  # the values decode() gives, K-blocks permuted as decode_words hands them
+        w_dec = predecode_weights(w, scales, f, interpret=bool(interpret))
         perm = "halves" if a_load == "words" else None
-        w_dec = predecode_weights(w, scales, f, interpret=bool(interpret), k_perm=perm)
         params.update(a_load="smem", k_perm=perm)
-        return _launch(x, w_dec,
+        return _launch(x, w_dec if perm is None else permute_k(w_dec, perm),
                        jnp.zeros((1, 1), jnp.float32), out_dtype=jnp.dtype(out_dtype or x.dtype),
                        interpret=interpret, scales="none", finish=finish, **params)
     return _launch(x, codes, scales, out_dtype=jnp.dtype(out_dtype or x.dtype),

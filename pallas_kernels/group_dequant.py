@@ -14,13 +14,6 @@ benchmarks/profile_prefill.py).
 Packed e2m1 bytes give two bf16 values each; the pass writes them as one 32-bit word (the low
 nibble's value in the low half: on-disk element order), so the (N, K/2) uint32 result is the
 (N, K) bf16 weight by a bitcast, without interleaving inside the kernel.
-
-k_perm="halves" (MXFP4 codes read as words, group_a16_mgpu's a_load="words"): the weight with
-its K columns permuted as mgpu_relabel.permute_k(., "halves") permutes them, written so by the
-pass itself (no second pass over 2 bytes a weight). In each 32-column chunk (16 bytes, 4
-32-bit words; word a holds bytes 4a + 2b + d for b, d in {0, 1}) column 2j + h (nibble h of
-byte j = 4a + 2b + d) goes to 16d + 8h + 2a + b (checked against permute_k by tests): the
-32-bit output word 8d + 4h + a holds nibble h of word a's bytes d (low half) and 2 + d.
 """
 
 from __future__ import annotations
@@ -33,9 +26,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from .mx_decode import e8m0_to_f32, expand_groups
+from .mx_decode import E2M1_DECODE_SHIFT, e2m1_nibbles_to_f32, e8m0_to_f32, expand_groups
 
-__all__ = ["dequantize_groups", "dequant_pass_fits", "DEQUANT_ROWS", "PERM_CHUNK"]
+__all__ = ["dequantize_groups", "dequant_pass_fits", "DEQUANT_ROWS"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 DEQUANT_ROWS = 16  # weight rows per program
@@ -49,36 +42,13 @@ def _per_scale(elem: str, group: int) -> int:
     return group // 2 if elem == "e2m1" else group
 
 
-PERM_CHUNK = 32  # K columns of one k_perm chunk (16 bytes of e2m1 codes)
-
-
-def dequant_pass_fits(n: int, k: int, *, elem: str, group: int,
-                      k_perm: str | None = None) -> bool:
+def dequant_pass_fits(n: int, k: int, *, elem: str, group: int) -> bool:
     """Whether an (N, K) weight of `elem` codes with one scale per `group` goes through this
     pass (N a multiple of DEQUANT_ROWS, a row's bytes of the narrowest program width) rather
-    than XLA's dequantization (the same values). k_perm="halves": e2m1 codes with one scale
-    per 32-column chunk (MXFP4) only."""
+    than XLA's dequantization (the same values)."""
     row_bytes = k // 2 if elem == "e2m1" else k
-    if k_perm is not None and (k_perm != "halves" or elem != "e2m1"
-                               or group != PERM_CHUNK):
-        return False
     return (n % DEQUANT_ROWS == 0 and k % group == 0 and row_bytes % _COLS[elem][-1] == 0
             and _COLS[elem][-1] % _per_scale(elem, group) == 0)
-
-
-def _e2m1_values(packed: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(low, high) nibbles of uint8 packed e2m1 codes as their exact float32 values, built as
-    bit patterns: magnitude code c = 2e + m is 2**(e-1) * (1 + m/2) for e > 0 (exponent field
-    e + 126, mantissa bit m: (c << 22) + (126 << 23)) and c / 2 for e = 0 (0 or 0.5 = 126 << 23).
-    No float arithmetic precedes the scale's multiply, so no compiler can fold a constant
-    into it (the interpreter's XLA moved mx_decode's 2**14 onto the scale, which overflowed)."""
-    b = packed.astype(jnp.uint32)
-    out = []
-    for nib in (b & 0xF, b >> 4):
-        mag = nib & 0x7
-        bits = jnp.where(mag <= 1, mag * (126 << 23), (mag << 22) + (126 << 23))
-        out.append(lax.bitcast_convert_type(bits | ((nib & 0x8) << 28), F32))
-    return out[0], out[1]
 
 
 def _bits(v: jax.Array) -> jax.Array:
@@ -94,51 +64,23 @@ def _kernel(w_ref, s_ref, o_ref, *, elem: str, scale: str, per: int, factor: flo
         return v if factor == 1.0 else v * factor
 
     if elem == "e2m1":
-        lo, hi = _e2m1_values(w_ref[...])
-        o_ref[...] = _bits(value(lo)) | (_bits(value(hi)) << 16)
+        lo, hi = e2m1_nibbles_to_f32(w_ref[...])  # value * 2**-14: back to the value, exactly
+        o_ref[...] = (_bits(value(lo * E2M1_DECODE_SHIFT))
+                      | (_bits(value(hi * E2M1_DECODE_SHIFT)) << 16))
     else:
         o_ref[...] = value(w_ref[...].astype(F32)).astype(o_ref.dtype)
 
 
-def _halves_kernel(w_ref, s_ref, o_ref, *, scale: str, factor: float):
-    # w_ref (rows, chunks, 4) 32-bit words of codes; s_ref (rows, chunks): a chunk's scale;
-    # o_ref (rows, chunks, 4 (d, h), 4 (a)) 32-bit words of two bf16 values
-    s = s_ref[...]
-    s = (e8m0_to_f32(s) if scale == "e8m0" else s.astype(F32))[:, :, None]
-    words = w_ref[...]
-
-    def value(q):  # as _kernel's
-        v = q * s
-        return v if factor == 1.0 else v * factor
-
-    def nibbles(r):  # (low, high) nibbles of byte r of every word, exact values
-        return _e2m1_values(((words >> (8 * r)) & 0xFF).astype(jnp.uint8))
-
-    for d in (0, 1):
-        low, high = nibbles(d), nibbles(2 + d)  # b = 0: the word's low half; b = 1: high
-        for h in (0, 1):
-            o_ref[:, :, 2 * d + h, :] = (_bits(value(low[h]))
-                                         | (_bits(value(high[h])) << 16))
-
-
 def dequantize_groups(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str, group: int,
-                      factor: float = 1.0, k_perm: str | None = None,
-                      interpret: bool = False) -> jax.Array:
+                      factor: float = 1.0, interpret: bool = False) -> jax.Array:
     """(N, K) bf16 = element * group scale (* factor), exactly (dequant_pass_fits must hold).
     w: packed e2m1 bytes uint8 (N, K/2), low nibble first, or e4m3 (N, K) (or its bytes);
-    w_scale: (N, K/group) e4m3 (or its bytes) for scale "e4m3", uint8 e8m0 for "e8m0".
-    k_perm: None, or "halves" -- the result's K columns permuted as
-    mgpu_relabel.permute_k(., "halves") (see the module docstring)."""
+    w_scale: (N, K/group) e4m3 (or its bytes) for scale "e4m3", uint8 e8m0 for "e8m0"."""
     if elem not in _COLS or scale not in ("e4m3", "e8m0"):
         raise ValueError(f"dequantize_groups: elem must be e2m1 or e4m3 and scale e4m3 or "
                          f"e8m0, got {elem!r}, {scale!r}")
     n, row_bytes = w.shape if w.ndim == 2 else (0, 1)
     k = row_bytes * (2 if elem == "e2m1" else 1)
-    if k_perm is not None and not dequant_pass_fits(n, k, elem=elem, group=group,
-                                                    k_perm=k_perm):
-        raise ValueError(f"dequantize_groups: k_perm='halves' takes e2m1 codes with one scale "
-                         f"per {PERM_CHUNK} (MXFP4), got k_perm={k_perm!r}, {elem}, group "
-                         f"{group}")
     if w.ndim != 2 or not dequant_pass_fits(n, k, elem=elem, group=group):
         shape = "(N, K/2) packed" if elem == "e2m1" else "(N, K)"
         raise ValueError(f"dequantize_groups: w must be {elem} {shape} with N a multiple of "
@@ -153,22 +95,8 @@ def dequantize_groups(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str
         raise ValueError(f"dequantize_groups: packed e2m1 codes must be uint8, got {w.dtype}")
     w_scale = lax.bitcast_convert_type(
         w_scale, jnp.float8_e4m3fn if scale == "e4m3" else jnp.uint8)
-    cols = next(c for c in _COLS[elem] if w.shape[1] % c == 0)
-    if k_perm is not None:  # chunks of 16 bytes (4 words) a scale: see the module docstring
-        chunks = cols // (PERM_CHUNK // 2)
-        words = lax.bitcast_convert_type(w.reshape(n, k // 8, 4), jnp.uint32)
-        y = pl.pallas_call(
-            functools.partial(_halves_kernel, scale=scale, factor=float(factor)),
-            out_shape=jax.ShapeDtypeStruct((n, k // PERM_CHUNK, 4, 4), jnp.uint32),
-            grid=(n // DEQUANT_ROWS, k // PERM_CHUNK // chunks),
-            in_specs=[pl.BlockSpec((DEQUANT_ROWS, chunks, 4), lambda i, j: (i, j, 0)),
-                      pl.BlockSpec((DEQUANT_ROWS, chunks), lambda i, j: (i, j))],
-            out_specs=pl.BlockSpec((DEQUANT_ROWS, chunks, 4, 4), lambda i, j: (i, j, 0, 0)),
-            compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
-            interpret=interpret, name=f"dequantize_{elem}_{scale}_halves")(
-                words.reshape(n, k // PERM_CHUNK, 4), w_scale)
-        return lax.bitcast_convert_type(y.reshape(n, k // 2), BF16).reshape(n, k)
     per = _per_scale(elem, group)
+    cols = next(c for c in _COLS[elem] if w.shape[1] % c == 0)
     spec = lambda width: pl.BlockSpec((DEQUANT_ROWS, width), lambda i, j: (i, j))  # noqa: E731
     out = jax.ShapeDtypeStruct(w.shape, jnp.uint32 if elem == "e2m1" else BF16)
     y = pl.pallas_call(

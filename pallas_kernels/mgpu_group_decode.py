@@ -175,17 +175,15 @@ def decode_jnp(w: jax.Array, scales: jax.Array, fmt: Format) -> jax.Array:
 
 
 def predecode_weights(w: jax.Array, scales: jax.Array, fmt: Format,
-                      interpret: bool = False, k_perm: str | None = None) -> jax.Array:
+                      interpret: bool = False) -> jax.Array:
     """The whole weight as decode_jnp decodes a K-block -- bf16 (N, K) = code * scale /
     fmt.post_factor -- by the dense path's dequantization (group_a16_mgpu's predecode;
     mx_dense.dequantized: group_dequant's Pallas pass where it fits, else XLA's float4
     conversion, 3x faster than decode_jnp's arithmetic; the same bits): e2m1 codes packed as
     stored (uint8 (N, K/2), low nibble first) or e4m3 (N, K); scales uint8 (N, K/group).
-    interpret: the Pallas pass in the interpreter. k_perm: None, or "halves" -- K permuted as
-    mgpu_relabel.permute_k(., "halves") (decode_words' order), by the pass itself where it
-    takes the format (MXFP4), else by one more XLA pass."""
+    interpret: the Pallas pass in the interpreter."""
     return dequantized(w, scales, elem=fmt.elem, scale=fmt.scale, group=fmt.group,
-                       factor=1.0 / fmt.post_factor, k_perm=k_perm, interpret=interpret)
+                       factor=1.0 / fmt.post_factor, interpret=interpret)
 
 
 _NVFP4_SCALES_PTX = """{

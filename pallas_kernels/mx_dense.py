@@ -73,26 +73,16 @@ def xla_dequantization() -> Iterator[None]:
 
 
 def dequantized(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str, group: int,
-                factor: float = 1.0, k_perm: str | None = None,
-                interpret: bool = False) -> jax.Array:
+                factor: float = 1.0, interpret: bool = False) -> jax.Array:
     """dequantize_bf16's values: by group_dequant's Pallas pass where its tiles fit the weight
-    (H200: see group_dequant), else by XLA -- bit for bit the same either way. k_perm: None,
-    or "halves" -- K permuted as mgpu_relabel.permute_k(., "halves"), by the pass itself where
-    it takes the format (MXFP4), else by one more XLA pass."""
+    (H200: see group_dequant), else by XLA -- bit for bit the same either way."""
     n = w.shape[0]
     k = w.shape[1] * (2 if elem == "e2m1" else 1)
-    kw = dict(elem=elem, scale=scale, group=group, factor=factor)
-    xla = getattr(_XLA_DEQUANT, "on", False)
-    if not xla and dequant_pass_fits(n, k, elem=elem, group=group, k_perm=k_perm):
-        return dequantize_groups(w, w_scale, k_perm=k_perm, interpret=interpret, **kw)
-    if not xla and dequant_pass_fits(n, k, elem=elem, group=group):
-        y = dequantize_groups(w, w_scale, interpret=interpret, **kw)
-    else:
-        y = dequantize_bf16(w, w_scale, **kw)
-    if k_perm is None:
-        return y
-    from .mgpu_relabel import permute_k  # (Mosaic GPU's layouts: only this caller needs them)
-    return permute_k(y, k_perm)
+    if dequant_pass_fits(n, k, elem=elem, group=group) and not getattr(_XLA_DEQUANT, "on",
+                                                                         False):
+        return dequantize_groups(w, w_scale, elem=elem, scale=scale, group=group,
+                                 factor=factor, interpret=interpret)
+    return dequantize_bf16(w, w_scale, elem=elem, scale=scale, group=group, factor=factor)
 
 
 def dense_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.Array,

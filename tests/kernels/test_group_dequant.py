@@ -56,30 +56,6 @@ def test_every_code_and_scale_dequantizes_as_xla(rng, fmt, n, k):
                                         scale=scale, group=group, factor=factor))
 
 
-@pytest.mark.parametrize("n,k", [(16, 1024), (32, 1536), (48, 256)])
-def test_halves_permutation_is_written_by_the_pass(rng, n, k):
-    """k_perm="halves" (MXFP4 words): bitwise permute_k of XLA's dequantization, every code and
-    scale byte; NVFP4 (a scale per 16) takes the plain pass, then permute_k."""
-    from pallas_kernels.mgpu_relabel import permute_k
-    w, s = _operands(rng, "mxfp4", n, k)
-    run = lambda a, b: dequantized(a, b, elem="e2m1", scale="e8m0", group=32,  # noqa: E731
-                                   k_perm="halves", interpret=True)
-    assert "dequantize_e2m1_e8m0_halves" in str(jax.make_jaxpr(run)(w, s))
-    want = permute_k(dequantize_bf16(jnp.asarray(w), jnp.asarray(s), elem="e2m1", scale="e8m0",
-                                     group=32), "halves")
-    _same_bits(jax.jit(run)(w, s), want)
-    assert not dequant_pass_fits(n, k, elem="e2m1", group=16, k_perm="halves")
-    w, s = _operands(rng, "nvfp4", n, k)
-    got = dequantized(w, s, elem="e2m1", scale="e4m3", group=16, k_perm="halves",
-                      interpret=True)
-    _same_bits(got, permute_k(dequantize_bf16(jnp.asarray(w), jnp.asarray(s), elem="e2m1",
-                                              scale="e4m3", group=16), "halves"))
-    with pytest.raises(ValueError, match=r"k_perm='halves' takes e2m1 codes with one scale "
-                                         r"per 32 \(MXFP4\)"):
-        dequantize_groups(w, s, elem="e2m1", scale="e4m3", group=16, k_perm="halves",
-                          interpret=True)
-
-
 def test_dequantized_falls_back_to_xla_where_the_tiles_do_not_fit(rng):
     """N not a multiple of the pass's rows: XLA's dequantization, the same values."""
     assert not dequant_pass_fits(DEQUANT_ROWS + 8, 256, elem="e2m1", group=16)
@@ -105,13 +81,6 @@ def test_lowers_for_cuda_on_an_abstract_h200():
                 a, b, elem=e, scale=sc, group=g)).trace(w, s).lower(
                     lowering_platforms=("cuda",)).as_text()
         assert f"dequantize_{elem}_{scale}" in text, fmt
-    w = jax.ShapeDtypeStruct((24576, 3584), jnp.uint8)
-    s = jax.ShapeDtypeStruct((24576, 224), jnp.uint8)
-    with jax.sharding.use_abstract_mesh(mesh):
-        text = jax.jit(lambda a, b: dequantize_groups(
-            a, b, elem="e2m1", scale="e8m0", group=32, k_perm="halves")).trace(w, s).lower(
-                lowering_platforms=("cuda",)).as_text()
-    assert "dequantize_e2m1_e8m0_halves" in text
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -168,11 +137,6 @@ def test_gpu_dequantizes_as_xla(rng, fmt, n, k):
         want = jax.jit(lambda a, b: dequantize_bf16(a, b, elem=elem, scale=scale, group=group,
                                                     factor=factor))(w, s)
         _same_bits(got, want)
-    if fmt == "mxfp4":  # the words' K permutation written by the pass
-        from pallas_kernels.mgpu_relabel import permute_k
-        got = jax.jit(lambda a, b: dequantize_groups(a, b, elem=elem, scale=scale, group=group,
-                                                     k_perm="halves"))(w, s)
-        _same_bits(got, jax.jit(lambda a: permute_k(a, "halves"))(want))
 
 
 @pytest.mark.gpu
