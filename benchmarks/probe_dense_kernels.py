@@ -9,11 +9,6 @@ its GEMM), and what each costs.
 from __future__ import annotations
 
 import argparse
-import collections
-import json
-import statistics
-import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -48,16 +43,7 @@ def run(formats, ms, shapes, calls: int) -> list[dict]:
                 for tag, xla in (("pass", False), ("xla_dequant", True)):
                     fn = _fn(xla, not gpu)
                     jax.block_until_ready(fn(x, qw))
-                    with tempfile.TemporaryDirectory() as d:
-                        jax.profiler.start_trace(d)
-                        for _ in range(calls):
-                            y = fn(x, qw)
-                        jax.block_until_ready(y)
-                        jax.profiler.stop_trace()
-                        per = collections.defaultdict(list)
-                        for _, _, name, _, dur in bench.kernel_events(d):
-                            per[name[:90]].append(dur * 1e-3)
-                    kernels = {kn: statistics.median(v) for kn, v in per.items()}
+                    kernels = bench.kernel_medians_us(fn, (x, qw), calls, name_chars=90)
                     rec = dict(fmt=fmt, k=k, n=n, m=m, variant=tag, kernels_us=kernels,
                                total_us=sum(kernels.values()))
                     print(f"{fmt} K={k} N={n} M={m} {tag}: {rec['total_us']:.1f} us "
@@ -79,9 +65,7 @@ def main(argv=None) -> int:
     ms = (32,) if small else tuple(int(v) for v in args.m.split(","))
     records = run(args.formats.split(","), ms, shapes, 2 if small else args.calls)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
-                           command=" ".join(sys.argv), records=records), f, indent=1)
+        bench.write_records(args.out, records)
     return 0
 
 

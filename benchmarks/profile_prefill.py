@@ -22,14 +22,9 @@ small sizes (interpret mode; the example and the clusters are skipped).
 from __future__ import annotations
 
 import argparse
-import collections
 import ctypes
 import dataclasses
 import functools
-import json
-import statistics
-import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -185,16 +180,7 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
                                           precision=jax.lax.Precision.HIGHEST))
         else:
             err = _check(name, y, ref[:y.shape[0]])
-        with tempfile.TemporaryDirectory() as d:
-            jax.profiler.start_trace(d)
-            for _ in range(calls):
-                y = fn(*args)
-            jax.block_until_ready(y)
-            jax.profiler.stop_trace()
-            per_kernel = collections.defaultdict(list)
-            for _, _, kname, _, dur in bench.kernel_events(d):
-                per_kernel[kname[:80]].append(dur * 1e-3)
-        kernels = {kn: statistics.median(v) for kn, v in per_kernel.items()}
+        kernels = bench.kernel_medians_us(fn, args, calls)
         total = sum(kernels.values())
         passes = name == "xla_convert" or name.startswith(("widen", "mx_predecode",
                                                            "xla_dequant", "group_dequant"))
@@ -242,9 +228,7 @@ def main(argv=None) -> int:
         return 0
     records = times(*shape, calls=2 if small else args.calls)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
-                           command=" ".join(sys.argv), records=records), f, indent=1)
+        bench.write_records(args.out, records)
     return 0
 
 

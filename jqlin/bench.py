@@ -246,6 +246,29 @@ def kernel_events(trace_dir: str) -> list[tuple[str, str, str, int, int]]:
     return out
 
 
+def kernel_medians_us(fn: Callable, args: Sequence, calls: int, name_chars: int = 80
+                      ) -> dict[str, float]:
+    """fn(*args) run `calls` times under the profiler (compile it first): the median device time
+    (us) of each GPU kernel it launches, by kernel name (cut to name_chars). {} on a CPU."""
+    with tempfile.TemporaryDirectory() as d:
+        jax.profiler.start_trace(d)
+        for _ in range(calls):
+            y = fn(*args)
+        jax.block_until_ready(y)
+        jax.profiler.stop_trace()
+        per_kernel = collections.defaultdict(list)
+        for _, _, name, _, dur in kernel_events(d):
+            per_kernel[name[:name_chars]].append(dur * 1e-3)
+    return {name: statistics.median(v) for name, v in per_kernel.items()}
+
+
+def write_records(path: str, records: list[dict]) -> None:
+    """A probe's results JSON: device, jax version, the command line, its records."""
+    with open(path, "w") as f:
+        json.dump(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
+                       command=" ".join(sys.argv), records=records), f, indent=1)
+
+
 def device_seconds(trace_dir: str, *, per_device: bool = False) -> dict:
     """hlo_module name -> summed GPU kernel time (s) in the newest trace under trace_dir
     (per_device: (device plane name, hlo_module) -> seconds)."""
