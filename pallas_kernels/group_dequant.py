@@ -89,10 +89,16 @@ def dequantize_groups(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str
     if w_scale.shape != (n, k // group):
         raise ValueError(f"dequantize_groups: w_scale must be (N, K/{group}) = "
                          f"{(n, k // group)}, got {tuple(w_scale.shape)}")
+    w_ok = (jnp.uint8,) + ((jnp.float8_e4m3fn,) if elem == "e4m3" else ())
+    if w.dtype not in [jnp.dtype(t) for t in w_ok]:
+        raise ValueError(f"dequantize_groups: {'packed e2m1' if elem == 'e2m1' else 'e4m3'} "
+                         f"codes must be {' or '.join(jnp.dtype(t).name for t in w_ok)}, got "
+                         f"{w.dtype}")
+    if w_scale.dtype.itemsize != 1:
+        raise ValueError(f"dequantize_groups: w_scale must hold one byte a scale ({scale} or "
+                         f"its bytes), got {w_scale.dtype}")
     if elem == "e4m3":
         w = lax.bitcast_convert_type(w, jnp.float8_e4m3fn)  # (same width: no data movement)
-    elif w.dtype != jnp.dtype(jnp.uint8):
-        raise ValueError(f"dequantize_groups: packed e2m1 codes must be uint8, got {w.dtype}")
     w_scale = lax.bitcast_convert_type(
         w_scale, jnp.float8_e4m3fn if scale == "e4m3" else jnp.uint8)
     per = _per_scale(elem, group)

@@ -92,6 +92,11 @@ def test_lowers_for_cuda_on_an_abstract_h200():
      r"w_scale must be \(N, K/16\) = \(16, 8\), got \(16, 4\)"),
     (dict(w=np.zeros((16, 64), np.int8), s=np.zeros((16, 8), np.uint8)),
      r"packed e2m1 codes must be uint8, got int8"),
+    (dict(w=np.zeros((16, 128), np.float32), s=np.zeros((16, 4), np.uint8), elem="e4m3",
+          scale="e8m0", group=32),
+     r"e4m3 codes must be uint8 or float8_e4m3fn, got float32"),
+    (dict(w=np.zeros((16, 64), np.uint8), s=np.zeros((16, 8), np.float32)),
+     r"w_scale must hold one byte a scale \(e4m3 or its bytes\), got float32"),
 ])
 def test_bad_operands_are_named(kw, match):
     kw = {"elem": "e2m1", "scale": "e4m3", "group": 16, **kw}
