@@ -86,17 +86,11 @@ def cases(m: int, n: int, k: int, gpu: bool):
     yield "dense_per_channel_a16", jax.jit(lambda a, w, s: fp8_dense_matmul(
         a, None, w, s, x_scale_kind="none", w_scale_kind="channel",
         out_dtype=jnp.bfloat16, interpret=not gpu)), (x, w8, wc)
-    # MX deterministic mode's predecode (XLA's dequantization of codes and e8m0 scales), the
-    # next pass of its kind to measure (NOTES.md session 20): MXFP8 and MXFP4 codes of (n, k)
-    from pallas_kernels.mgpu_group_decode import FORMATS, predecode_weights
+    # the group-scaled formats' dequantization (the dense path's, and deterministic mode's
+    # predecode -- predecode_weights is this pass): XLA's (session 20 measured MX's) beside
+    # group_dequant's Pallas pass (session 21), codes of (n, k)
     e8m0 = jnp.asarray(rng.integers(120, 130, (n, k // 32)), jnp.uint8)
     nib = jnp.asarray(rng.integers(0, 256, (n, k // 2)), jnp.uint8)
-    yield "mx_predecode_mxfp8", jax.jit(lambda w, s: predecode_weights(
-        w, s, FORMATS["mxfp8"], interpret=not gpu)), (w8, e8m0)
-    yield "mx_predecode_mxfp4", jax.jit(lambda w, s: predecode_weights(
-        w, s, FORMATS["mxfp4"], interpret=not gpu)), (nib, e8m0)
-    # session 21: predecode_weights takes group_dequant's Pallas pass (above, where it fits);
-    # XLA's dequantization beside it, and NVFP4's (e4m3 scales per 16), in the same run
     from pallas_kernels.group_dequant import dequantize_groups
     from pallas_kernels.mx_dense import dequantize_bf16
     e4m3s = jnp.asarray(rng.uniform(0.01, 2.0, (n, k // 16)), jnp.float32).astype(
@@ -155,13 +149,14 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
             x, wt = args
             ref = jnp.dot(x.astype(jnp.float32), wt.astype(jnp.float32),
                           precision=jax.lax.Precision.HIGHEST)
-        if name.startswith("mx_predecode"):  # timing only: the GPU tests hold its values
-            err = None
-        elif name.startswith("xla_dequant"):  # the reference of the next case's bits
+        if name.startswith("xla_dequant"):  # the reference of the next case's bits
             err, dequant_ref = None, y
         elif name.startswith("group_dequant"):  # bitwise XLA's dequantization (NaN: any NaN)
-            a, b = np.asarray(y, np.float32), np.asarray(dequant_ref, np.float32)
-            err = float(not np.array_equal(a, b, equal_nan=True))
+            a, b = np.asarray(y), np.asarray(dequant_ref)  # bits, NaNs masked (signed zeros
+            nan = np.isnan(b.astype(np.float32))  # count)
+            err = float(not (np.array_equal(np.isnan(a.astype(np.float32)), nan) and
+                             np.array_equal(np.where(nan, 0, a.view(np.uint16)),
+                                            np.where(nan, 0, b.view(np.uint16)))))
             print(f"{name}: bitwise XLA's dequantization: {err == 0}", flush=True)
         elif name == "xla_convert" or name.startswith("widen"):  # bitwise the codes' bf16 values
             err = float(not np.array_equal(np.asarray(y).view(np.uint16),
@@ -182,8 +177,8 @@ def times(m: int, n: int, k: int, calls: int) -> list[dict]:
             err = _check(name, y, ref[:y.shape[0]])
         kernels = bench.kernel_medians_us(fn, args, calls)
         total = sum(kernels.values())
-        passes = name == "xla_convert" or name.startswith(("widen", "mx_predecode",
-                                                           "xla_dequant", "group_dequant"))
+        passes = name == "xla_convert" or name.startswith(("widen", "xla_dequant",
+                                                           "group_dequant"))
         rows = args[0].shape[0] if name.startswith("ex_") else m
         flops = 0 if passes else 2 * rows * n * k
         rec = dict(case=name, m=m, n=n, k=k, rel_err=err, kernels_us=kernels, total_us=total,
