@@ -24,6 +24,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     with the first group's sum read back in its CTA, M = 4096),
     detranges (deterministic K ranges with stored parts at
     M = 64 / 256), dequant (group_dequant's pass beside XLA's dequantization, M = 1024 / 4096),
+    rowfinish (NVFP4's finish in the CTAs beside XLA's, and on predecoded codes reloaded,
+    M = 1024 / 4096),
     kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
@@ -523,6 +525,36 @@ def dequant_ops(k: int, n: int) -> list[bench.Op]:
     return ops
 
 
+def _det_xla_finish_op(fmt: str) -> bench.Op:
+    """NVFP4's deterministic launch with its finish left to XLA, as before session 22: the
+    kernel writes float32 y^T (out_dtype float32), XLA multiplies, transposes and rounds."""
+    op = _mgpu_group_op(fmt, "det-xla-finish", deterministic=True, out_dtype=jnp.float32)
+    return dataclasses.replace(op, fn=lambda x, qw: op.fn(x, qw).astype(x.dtype))
+
+
+def _det_predecoded_as_mx(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch as MX formats take it at prefill sizes (predecoded codes,
+    the first group's sum reloaded up to RELOAD_MAX_K, else stored)."""
+    from pallas_kernels.group_a16_mgpu import group_launch_params
+    return {key: v for key, v in group_launch_params(m, n, k, False, deterministic=True,
+                                                     fmt=p["_fmt"], predecode=True).items()
+            if key != "a_in_registers"}
+
+
+def row_finish_ops(k: int, n: int) -> list[bench.Op]:
+    """NVFP4's finish (post factor, global scale) in the CTAs that round their own output
+    (session 22) beside XLA's finish of float32 sums (det-xla-finish, before), and NVFP4's
+    deterministic mode on predecoded codes with reloaded groups (det-predecode-reload: what MX
+    takes; session 21 measured it parked, with XLA's finish: 0.86-1.10x at M=4096). Prediction:
+    in-CTA finish -5..-10% where the launch writes y itself (no slabs, no parked group);
+    det-predecode-reload -10% against session 21's predecoded figure."""
+    del k, n
+    return [bench.bf16_op(), _auto("nvfp4_a16"), _auto("nvfp4_a16", det=True),
+            _det_xla_finish_op("nvfp4_a16"),
+            _mgpu_group_op("nvfp4_a16", "det-predecode-reload", deterministic=True,
+                           adjust=_det_predecoded_as_mx)]
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -663,6 +695,8 @@ def main(argv=None) -> int:
             plan.append((PARK_SHAPES, (4096,), det_groups_reload_ops))
         elif part == "dequant":  # group_dequant's pass vs XLA's (session 21)
             plan.append((DEQUANT_SHAPES, (1024, 4096), dequant_ops))
+        elif part == "rowfinish":  # NVFP4's finish in the CTAs (session 22)
+            plan.append((DEQUANT_SHAPES, (1024, 4096), row_finish_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

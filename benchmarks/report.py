@@ -171,7 +171,8 @@ CURRENT = (
     ("h200_fp8_grid_mid_m_s19.json", None), ("h200_fp4_grid_mid_m_s19.json", None),
     ("h200_fp8_grid_widen_s20.json", None), ("h200_fp4_grid_s20.json", None),
     ("h200_fp8_grid_widen_m1024_m16384_s20.json", None),
-    ("h200_fp4_grid_dequant_s21.json", None),
+    ("h200_fp4_grid_dequant_s21.json", None), ("h200_fp4_grid_asm_s22.json", None),
+    ("h200_fp4_grid_rowfinish_s22.json", None),
 )
 
 
@@ -467,10 +468,18 @@ def main() -> int:
          "y written by the kernel, 11 shapes (call 3: figures of record)"),
         ("h200_fp8_grid_widen_m1024_m16384_s20.json", "The same at M=1024 and 16384 "
          "(deterministic mode for fp8_block_a16 only), 11 shapes (call 5)"),
+        ("h200_fp4_grid_rowfinish_s22.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and W+A) in "
+         "both modes at M=1024/4096 after session 22's NVFP4 finish in the CTAs and NVFP4 "
+         "predecode in deterministic mode, 11 shapes (calls 6-7: figures of record)"),
+        ("h200_fp4_rowfinish_s22.json", "NVFP4 deterministic mode (finish in the CTAs) beside "
+         "its launch with XLA's finish (`var[mgpu-det-xla-finish]`) and on predecoded codes "
+         "with reloaded groups, M=1024/4096, 3 shapes, same run (session 22 call 5)"),
+        ("h200_fp4_grid_asm_s22.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and W+A) in "
+         "both modes at M=1024/4096 after session 22's PTX e2m1 decode in the dequantization "
+         "pass, 11 shapes (calls 3-4)"),
         ("h200_fp4_grid_dequant_s21.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and W+A) in "
          "both modes at M=1024/4096 after session 21's Pallas dequantization pass (dense "
-         "path, MX predecode) and MX dense dots rounding to bf16, 11 shapes (calls 7-8: "
-         "figures of record)"),
+         "path, MX predecode) and MX dense dots rounding to bf16, 11 shapes (calls 7-8)"),
         ("h200_fp4_dequant_s21.json", "The pass (auto) beside XLA's dequantization "
          "(`var[xla-dequant]`) in the dense path and MX deterministic predecode, and NVFP4 "
          "deterministic mode on predecoded codes (`var[mgpu-det-predecode]`), M=1024/4096, 3 "

@@ -13,7 +13,8 @@
 #        probe (benchmarks/probe_det_mgpu.py; T_PROBE),
 #        probew4[:<shapes>:<m>] (benchmarks/probe_w4_mgpu.py; T_PROBE, PROBE_ARGS),
 #        ncu (Nsight Compute on benchmarks/profile_cases.py's decode kernels; T_NCU),
-#        prefill (benchmarks/profile_prefill.py's per-kernel times; T_PREFILL, PREFILL_CALLS).
+#        prefill (benchmarks/profile_prefill.py's per-kernel times; T_PREFILL, PREFILL_CALLS,
+#        PREFILL_ONLY: a regex of the cases).
 set -u
 DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (call limit 600)
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
@@ -84,7 +85,7 @@ lane() {  # lane <gpus> <steps...>
         python3 benchmarks/ncu_summary.py "$OUT/ncu_gpu$gpu.csv" --kernels fp8_w8a 2>&1 | head -60;;
       prefill)  # per-kernel times at M=4096, 8192x8192 (benchmarks/profile_prefill.py)
         CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_PREFILL:-240})" python3 \
-          benchmarks/profile_prefill.py --calls "${PREFILL_CALLS:-10}" \
+          benchmarks/profile_prefill.py --calls "${PREFILL_CALLS:-10}" ${PREFILL_ONLY:+--only "$PREFILL_ONLY"} \
           --out "$OUT/prefill_gpu${gpu}_$n.json" > "/tmp/prefill$gpu.log" 2>&1
         echo "prefill rc=$?"; grep -E " us,|bitwise|rror" "/tmp/prefill$gpu.log" | cut -c1-160 | head -60;;
       fp4parts)

@@ -72,9 +72,9 @@ from .launch import sum_device_splits, writes_partials
 from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
 from .mgpu_group_decode import decode_jnp as decode_groups_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k, relabel
-from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, mgpu_kernel, store_piece,
-                          store_rows, store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
-                          weight_scale_rows, zero_total)
+from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, RowFinish, finish_rows,
+                          mgpu_kernel, store_piece, store_rows, store_wg_rows, swizzled,
+                          tile_index, warpgroup_pipeline, weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_a16_matmul_mgpu", "check_launch", "decode_params", "range_params", "det_params",
            "det_stream_params", "det_groups", "DET_GROUPS_MAX_N", "holds_both_groups",
@@ -120,11 +120,14 @@ def holds_both_groups(k_groups: int, k_splits: int, k_parts: int, parts_sum: str
     return k_groups > k_splits and k_parts > 1 and parts_sum == "cond" and not streamed
 
 
-def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, group_m: int,
-            a_in_registers: bool, block_m: int, k_splits: int, k_parts: int, blocks: int,
-            wgs: int, a_load: str, parts_sum: str, scales: str, stream: "Stream | None",
-            group_fmt: str | None = None, k_groups: int = 1, group_slabs: int = 0,
-            wgmma_halves: bool = False, first_sum: str | None = None, out_t: bool = False):
+def _kernel(w_gmem, x_gmem, ws_gmem, post_gmem, out_gmem, first_gmem=None, *, stages: int,
+            group_m: int, a_in_registers: bool, block_m: int, k_splits: int, k_parts: int,
+            blocks: int, wgs: int, a_load: str, parts_sum: str, scales: str,
+            stream: "Stream | None", group_fmt: str | None = None, k_groups: int = 1,
+            group_slabs: int = 0, wgmma_halves: bool = False, first_sum: str | None = None,
+            out_t: bool = False, row_post: tuple[float, str] | None = None):
+    # row_post: (factor, op) of a RowFinish the CTAs apply to their float32 totals before
+    # rounding them (post_gmem: its column values, (N,) float32); None: post_gmem is not read
     n, k = w_gmem.shape
     tile_rows = wgs * WG_ROWS  # weight rows per CTA tile
     # x's rows in whole tiles (x itself is not padded: see _launch); out_t: the kernel writes
@@ -456,6 +459,17 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
         ws_tile = held_scales(n_idx, 1, ws_tile, ws_bar)
         ws_refs = ((ws_gmem.at[:, n_slice],) if scales == "rows" else
                    (ws_gmem.at[n_slice],) if scales == "groups" else ())
+
+        def post_rows():  # this warpgroup's column values (RowFinish) in the accumulator's
+            # row layout, read from global memory once, at the epilogue
+            first = n_slice.start + lax.axis_index("wg") * WG_ROWS
+            return plgpu.load(post_gmem.at[pl.ds(first, WG_ROWS)],
+                              layout=plgpu.Layout.WGMMA.reduce(1), optimized=False)
+
+        def finished(total, col):  # RowFinish in the CTA (none: as it is)
+            if row_post is None:
+                return total
+            return finish_rows(total, lax.broadcast_in_dim(col, total.shape, [0]), *row_post)
         # output slabs per CTA (stored groups: k_splits is 1)
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 2 if stored_groups else 1
 
@@ -478,6 +492,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
             def context(run):
                 zero = zero_total((WG_ROWS, block_m))
                 second = run((zero, zero))[1]
+                col = post_rows() if row_post is not None else None
                 wg = lax.axis_index("wg")
                 rows = pl.ds(wg * WG_ROWS, WG_ROWS)
                 for c in range(0, block_m, staged):
@@ -488,8 +503,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
                     plgpu.copy_gmem_to_smem(first_gmem.at[n_slice].at[rows, cols],
                                             out_smem.at[wg], reload_bar.at[wg])
                     plgpu.barrier_wait(reload_bar.at[wg])
-                    total = (plgpu.load(out_smem.at[wg], layout=plgpu.Layout.WGMMA)
-                             + second[:, c:c + staged])  # (park's order: first + second)
+                    total = finished(plgpu.load(out_smem.at[wg], layout=plgpu.Layout.WGMMA)
+                                     + second[:, c:c + staged], col)  # (park's order: first
+                    # + second)
                     if out_view is not out_smem:  # every thread's read done: the narrower
                         plgpu.commit_smem()  # output overwrites the same bytes
                     store_piece(total, out_view.at[wg],  # (out_t: y's rows, not y^T's)
@@ -512,7 +528,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, out_gmem, first_gmem=None, *, stages: int, 
             context = functools.partial(store_rows, out_smem=out_smem,
                                         out_gmem=out_gmem.at[split], row_slice=n_slice,
                                         col_slice=m_slice, parts=k_parts > 1,
-                                        transposed=out_t)
+                                        transposed=out_t,
+                                        finish=None if row_post is None else
+                                        lambda total: finished(total, post_rows()))
         step_body = functools.partial(body, a_smem=a_smem, ws_tile=ws_tile, first=split * steps,
                                       store_part=store_part, store_first=store_first,
                                       park_smem=park_smem)
@@ -1305,14 +1323,18 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             programs: int | None = None, finish=None,
             group_fmt: str | None = None, k_groups: int = 1,
             wgmma_halves: bool = False, k_perm: str | None = None,
-            groups_sum: str = "park") -> jax.Array:
+            groups_sum: str = "park", row_finish: RowFinish | None = None) -> jax.Array:
     """The kernel on checked operands: ws float32 as _scale_operand gives it for `scales`
     ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
     K/group) viewed uint8; "none": not read); w e4m3, or int4 (e2m1 codes with
     scales="groups", or benchmarks/probe_w4_mgpu.py's 4-bit weight stream), or bf16 decoded
     weights with a_load="smem" (predecoded). finish: applied to the float32 sums (N, M) before
-    the transpose and the rounding to out_dtype (the kernel then writes float32). k_perm: x's
-    K-blocks permuted so (mgpu_relabel.permute_k), as the decoded weights' were."""
+    the transpose and the rounding to out_dtype (the kernel then writes float32). row_finish:
+    applied by the CTAs where they round 16-bit output themselves (out_t), else to the float32
+    sums as `finish` (the same bits either way). k_perm: x's K-blocks permuted so
+    (mgpu_relabel.permute_k), as the decoded weights' were."""
+    if finish is not None and row_finish is not None:
+        raise ValueError("_launch: finish and row_finish are exclusive")
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
@@ -1345,8 +1367,10 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         slabs = group_slabs * k_groups
     else:
         slabs = k_splits * (k_parts if parts_sum == "store" else k_groups if stored_groups else 1)
-    kernel_out = (jnp.dtype(F32) if writes_partials(slabs) or narrow or finish is not None
-                  or parked else out_dtype)
+    finished = not (writes_partials(slabs) or narrow or finish is not None or parked)
+    # the row finish rides the CTAs' own rounding (16-bit y written by unstreamed launches)
+    in_cta = row_finish is not None and finished and out_dtype.itemsize == 2 and stream is None
+    kernel_out = (out_dtype if finished and (row_finish is None or in_cta) else jnp.dtype(F32))
     # a 16-bit kernel output is a finished one (float32 whenever slabs are added, a finish
     # follows or a first group is parked; reloaded groups finish theirs in the CTA): unless
     # streamed, the kernel then writes y, not y^T -- no XLA transpose of the output (H200,
@@ -1371,13 +1395,16 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
                           k_parts=k_parts, blocks=blocks_per_step, wgs=compute_wgs,
                           a_load=a_load, parts_sum=parts_sum, scales=scales, stream=stream,
                           group_fmt=group_fmt, k_groups=k_groups, group_slabs=group_slabs,
-                          wgmma_halves=wgmma_halves, first_sum=first_sum, out_t=out_t),
+                          wgmma_halves=wgmma_halves, first_sum=first_sum, out_t=out_t,
+                          row_post=(row_finish.factor, row_finish.op) if in_cta else None),
         out_type if not reloaded else
         (out_type, jax.ShapeDtypeStruct((n, mp), F32)),  # (the first groups' sums: read back,
         # dropped)
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
-    y = call(w, x, ws)
+    # (the column values as the CTAs load them; unread without an in-CTA finish)
+    post = row_finish.col.astype(F32) if in_cta else jnp.zeros((BLOCK,), F32)
+    y = call(w, x, ws, post)
     if reloaded:
         y = y[0]
     if out_t:
@@ -1389,4 +1416,6 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     yt = sum_device_splits(y, slabs, n, mp, groups=sum_groups)
     if finish is not None:
         yt = finish(yt)
+    if row_finish is not None:  # (not in the CTAs: they wrote float32)
+        yt = row_finish.xla(yt)
     return yt.T[:m].astype(out_dtype)

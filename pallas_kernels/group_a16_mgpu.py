@@ -12,8 +12,10 @@ number, as in the Triton kernels); each 128-K block's wgmma chain sums bf16 prod
 from zero, the blocks are added in K order (the ranges' or parts' sums in K order, as for fp8);
 the float32 total is multiplied by the post factor (exact) and, for NVFP4, divided ("div",
 compressed-tensors' weight_global_scale) or multiplied ("mul", ModelOpt's weight_scale_2) by the
-row's global scale, then rounded once to the output dtype. The same products as the XLA
-reference (exact dequantization, float32 dot); the float32 sums run in another order.
+row's global scale, then rounded once to the output dtype -- by the CTAs where they write the
+rounded output themselves (since session 22; RowFinish), else by XLA on the float32 sums they
+write (the same operations, the same bits). The same products as the XLA reference (exact
+dequantization, float32 dot); the float32 sums run in another order.
 
 e2m1 codes are read from shared memory one byte a register (a_load="wgmma") or, from
 WORDS_MIN_WEIGHTS weights on, as 32-bit words of 8 codes (a_load="words": fewer loads and scale
@@ -36,6 +38,7 @@ from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_l
                                  check_predecode, group_tile_blocks, launch_params, step_unit,
                                  stream_programs)
 from .fp8_heuristics import num_sms
+from .mgpu_common import RowFinish
 from .mgpu_group_decode import FORMATS, Format, predecode_weights
 from .mgpu_relabel import permute_k
 
@@ -96,22 +99,29 @@ WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
 # (bench_fp4_mx.py --parts detpredecode, 4 shapes, same run), time with / without at M=4096:
 # MXFP4 0.90-1.02, MXFP8 0.97-1.00, NVFP4 0.98-1.09 (its in-register decode of 4.5 bits a
 # weight costs less than streaming 16); at M=1024 all three 1.14-1.48. Default mode runs the
-# dense path from mx_dense.DENSE_MIN_M rows, so it never meets the rule.
-PREDECODE_FORMATS = ("mxfp4", "mxfp8")
+# dense path from mx_dense.DENSE_MIN_M rows, so it never meets the rule. NVFP4 joined in
+# session 22, once its finish ran in the CTAs (RowFinish) and so its predecoded launches could
+# reload their first group's sum as MX's do: 0.82-0.96x the time of its register decode at
+# M=4096 (bench_fp4_mx.py --parts rowfinish, 3 shapes, h200_fp4_rowfinish_s22.json).
+PREDECODE_FORMATS = ("nvfp4", "mxfp4", "mxfp8")
 
 
 def group_launch_params(m: int, n: int, k: int, interpret: bool,
-                        deterministic: bool = False, fmt: str = "nvfp4") -> dict:
+                        deterministic: bool = False, fmt: str = "nvfp4",
+                        predecode: bool | None = None) -> dict:
     """fp8_block_a16_mgpu.launch_params, with four K-blocks a step for 4-bit codes where
     FOUR_BLOCK_MIN_TILES says (a stream re-shared for the longer steps: >= 8 K-blocks a CTA;
     K ranges only where each holds whole steps), and e2m1 codes read as words where
     WORDS_MIN_WEIGHTS says. Deterministic mode keeps launch_params' partition (the fp8
     kernel's: K parts, ranges, streamed parts) and takes four K-blocks a step by the same rule
     where its steps can hold 4 (step_unit: a part's K-blocks, or streamed parts' tile K and
-    CTA run; the sums are the same for 1, 2 or 4 blocks a step)."""
+    CTA run; the sums are the same for 1, 2 or 4 blocks a step). predecode: whether
+    launch_params may predecode (None: deterministic mode for PREDECODE_FORMATS)."""
+    if predecode is None:
+        predecode = deterministic and fmt in PREDECODE_FORMATS
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3",
-                      predecode=deterministic and fmt in PREDECODE_FORMATS)
+                      predecode=predecode)
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
@@ -208,25 +218,19 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                          f"{not interpret} here")
     codes = lax.bitcast_convert_type(w, jnp.int4).reshape(n, k) if f.elem == "e2m1" else w
     scales = lax.bitcast_convert_type(w_scale, jnp.uint8)
-    col = None if col_scale is None else col_scale.astype(jnp.float32)[:, None]
-
-    def finish(yt):  # (N, M) float32 sums -> times the post factor, then the global scale
-        if f.post_factor != 1:
-            yt = yt * f.post_factor
-        if col is None:
-            return yt
-        return yt / col if post == "div" else yt * col
-    if f.post_factor == 1 and col is None:  # (MX) nothing to apply: the kernel may round and
-        finish = None  # write out_dtype itself, as the same float32 sums rounded once
+    # NVFP4: the float32 sums times the post factor, then the global scale per column -- in
+    # the CTAs where they round their own output, else after (RowFinish); MX: nothing to apply
+    finish = (RowFinish(col_scale.astype(jnp.float32), f.post_factor, post)
+              if col_scale is not None else None)
     if predecode:  # the values decode() gives, K-blocks permuted as decode_words hands them
         w_dec = predecode_weights(w, scales, f, interpret=bool(interpret))
         perm = "halves" if a_load == "words" else None
         params.update(a_load="smem", k_perm=perm)
         return _launch(x, w_dec if perm is None else permute_k(w_dec, perm),
                        jnp.zeros((1, 1), jnp.float32), out_dtype=jnp.dtype(out_dtype or x.dtype),
-                       interpret=interpret, scales="none", finish=finish, **params)
+                       interpret=interpret, scales="none", row_finish=finish, **params)
     return _launch(x, codes, scales, out_dtype=jnp.dtype(out_dtype or x.dtype),
-                   interpret=interpret, scales="groups", group_fmt=fmt, finish=finish,
+                   interpret=interpret, scales="groups", group_fmt=fmt, row_finish=finish,
                    **params)
 
 

@@ -6,6 +6,7 @@ launched in groups of tile rows, each warpgroup's rows stored through shared mem
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
            "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
-           "interpret_params", "mgpu_kernel", "COMPUTE_WGS"]
+           "interpret_params", "mgpu_kernel", "COMPUTE_WGS", "RowFinish",
+           "finish_rows"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup
@@ -96,6 +98,28 @@ def zero_total(shape) -> jax.Array:
     return plgpu.layout_cast(jnp.zeros(shape, jnp.float32), plgpu.Layout.WGMMA)
 
 
+class RowFinish(NamedTuple):
+    """What a swap-AB kernel's float32 sums (rows: weight rows, i.e. output columns) go through
+    before their rounding: times `factor`, then times (op "mul") or divided by ("div") `col`,
+    one float32 value per weight row (NVFP4's decode factor and global scale). Applied by the
+    kernel where its CTAs round their own output, else by XLA after the sums -- the same float32
+    operations in the same order, so the same bits."""
+    col: jax.Array  # (N,) float32
+    factor: float
+    op: str  # "mul" | "div"
+
+    def xla(self, yt: jax.Array) -> jax.Array:
+        """On y^T (N, M), outside the kernel."""
+        return finish_rows(yt, self.col.astype(jnp.float32)[:, None], self.factor, self.op)
+
+
+def finish_rows(total: jax.Array, col: jax.Array, factor: float, op: str) -> jax.Array:
+    """RowFinish's arithmetic: total times factor, then times / divided by col (broadcast)."""
+    if factor != 1:
+        total = total * factor
+    return total / col if op == "div" else total * col
+
+
 def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice,
                   transposed: bool = False) -> None:
     """Store this warpgroup's 64 rows of the tile (row_slice, col_slice of out_gmem) through its
@@ -129,13 +153,15 @@ def store_piece(piece, slot, out_piece, transposed: bool = False) -> None:
 
 
 def store_rows(run, *, out_smem, out_gmem, row_slice, col_slice, parts: bool = False,
-               transposed: bool = False) -> None:
+               transposed: bool = False, finish=None) -> None:
     """A pipeline's compute context: run it from a zero float32 total, then store this
     warpgroup's 64 rows of the tile (store_wg_rows; transposed: as its transpose).
     parts: the carry is (running part, sum of finished parts), both from zero; the latter is
-    stored."""
+    stored. finish: applied to the warpgroup's float32 total before (RowFinish, in the CTA)."""
     zero = zero_total((WG_ROWS, out_smem.shape[1]) if transposed else out_smem.shape[1:])
     total = run((zero, zero))[1] if parts else run(zero)
+    if finish is not None:
+        total = finish(total)
     store_wg_rows(total, out_smem=out_smem, out_gmem=out_gmem, row_slice=row_slice,
                   col_slice=col_slice, transposed=transposed)
 

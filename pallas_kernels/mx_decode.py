@@ -20,7 +20,8 @@ from jax import lax
 from jax.experimental.pallas import triton as pltriton
 
 __all__ = ["E2M1_DECODE_SHIFT", "ASM_NVFP4_SCALE_SHIFT", "e2m1_bytes_to_f32",
-           "e2m1_nibbles_to_f32", "e2m1_nibbles_bf16_asm", "e8m0_to_f32", "expand_groups"]
+           "e2m1_nibbles_to_f32", "e2m1_nibbles_bf16_asm", "e2m1_words_bf16_asm",
+           "e8m0_to_f32", "expand_groups"]
 
 F32 = jnp.float32
 E2M1_DECODE_SHIFT = 2.0 ** 14  # e2m1_bytes_to_f32 returns value * 2**-14
@@ -114,6 +115,44 @@ def e2m1_nibbles_bf16_asm(packed: jax.Array, scale: jax.Array, *, unbias: bool):
             result_shape_dtypes=[out])
         res.append(r)
     return tuple(res)
+
+
+# One asm instance: 4 packed bytes (one 32-bit register) -> 4 words, each the bf16 values of a
+# byte's low nibble (low half) and high nibble (high half) -- on-disk element order -- times
+# their scale pair. b * 0x40040 puts the low nibble's magnitude at bits 6..8 and the high one's
+# at 22..24, b * 0x1001000 the signs at bits 15 and 31 (the shifted copies do not overlap, so
+# the products are the ORs), two ands and an or (one lop3) keep those bits: the bf16 pair of
+# code * 2**-126 (as _E2M1_ASM). Then x 2**126 (exact: the codes themselves), x the scale pair
+# and, where given, x the factor pair. $0-$3: the words; $4: the bytes; $5-$8: scale pairs.
+def _e2m1_word_asm(i: int, factor: bool) -> str:
+    last = "r" if factor else f"${i}"
+    lines = [f"prmt.b32 b, $4, 0, 0x444{i};", "mul.lo.u32 m, b, 0x40040;",
+             "mul.lo.u32 g, b, 0x1001000;", "and.b32 g, g, 0x80008000;",
+             "and.b32 m, m, 0x01C001C0;", "or.b32 r, m, g;", "mul.rn.bf16x2 r, r, big;",
+             f"mul.rn.bf16x2 {last}, r, ${5 + i};"]
+    if factor:  # (code * scale) * factor: the reference's order
+        lines.append(f"mul.rn.bf16x2 ${i}, r, f;")
+    return "\n".join(lines)
+
+
+def e2m1_words_bf16_asm(packed: jax.Array, scale_pairs: jax.Array,
+                        factor_pair: int | None = None) -> jax.Array:
+    """GPU-only: (rows, cols) uint8 packed e2m1 + (rows, cols) uint32 bf16 scale pairs (the
+    byte's scale in both halves) -> (rows, cols) uint32 words: the byte's two codes times the
+    scale (then times factor_pair, bf16 bits in both halves, where given), each product
+    rounded to bf16 -- exact wherever the products are bf16 numbers. Elementwise per byte."""
+    head = [".reg .b32 b, m, g, r, f, big;", f"mov.b32 big, 0x{BF16X2_2_POW_126:08X};"]
+    if factor_pair is not None:
+        head.append(f"mov.b32 f, 0x{factor_pair:08X};")
+    body = [_e2m1_word_asm(i, factor_pair is not None) for i in range(4)]
+    asm = "{\n" + "\n".join(head + body) + "\n}"
+    # int32: the lowering gives the result the aval's MLIR type and Triton's integers are
+    # signless (a uint32 result is refused)
+    out = jax.ShapeDtypeStruct(packed.shape, jnp.int32)
+    [w] = pltriton.elementwise_inline_asm(
+        asm, args=[packed, scale_pairs], constraints="=r,=r,=r,=r,r,r,r,r,r", pack=4,
+        result_shape_dtypes=[out])
+    return lax.bitcast_convert_type(w, jnp.uint32)
 
 
 def e8m0_to_f32(u: jax.Array) -> jax.Array:

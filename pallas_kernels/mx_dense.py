@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .group_dequant import dequant_pass_fits, dequantize_groups
+from .group_dequant import CODES_PER_BYTE, dequant_pass_fits, dequantize_groups
 from .mx_decode import e8m0_to_f32
 
 __all__ = ["dense_dequant_matmul", "dequantize_bf16", "dequantized", "xla_dequantization",
@@ -77,7 +77,7 @@ def dequantized(w: jax.Array, w_scale: jax.Array, *, elem: str, scale: str, grou
     """dequantize_bf16's values: by group_dequant's Pallas pass where its tiles fit the weight
     (H200: see group_dequant), else by XLA -- bit for bit the same either way."""
     n = w.shape[0]
-    k = w.shape[1] * (2 if elem == "e2m1" else 1)
+    k = w.shape[1] * CODES_PER_BYTE[elem]
     if dequant_pass_fits(n, k, elem=elem, group=group) and not getattr(_XLA_DEQUANT, "on",
                                                                          False):
         return dequantize_groups(w, w_scale, elem=elem, scale=scale, group=group,

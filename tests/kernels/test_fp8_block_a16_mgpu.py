@@ -749,7 +749,7 @@ def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monke
 def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
     """From PREDECODE_MIN_M rows fp8 weights are predecoded in both modes (never with the
     halves); the group formats only in deterministic mode and only those of
-    PREDECODE_FORMATS -- NVFP4 keeps its register decode."""
+    PREDECODE_FORMATS (all three since session 22)."""
     monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
     for n, k in ((8192, 8192), (57344, 8192), (4096, 14336), (6144, 4096)):
         for det in (False, True):
@@ -774,7 +774,7 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
             assert det.get("predecode", False) == (fmt in PREDECODE_FORMATS), (fmt, det)
             assert "wgmma_halves" not in det or fmt not in PREDECODE_FORMATS
             assert "predecode" not in group_launch_params(PREDECODE_MIN_M, n, k, False, fmt=fmt)
-    assert PREDECODE_FORMATS == ("mxfp4", "mxfp8")
+    assert PREDECODE_FORMATS == ("nvfp4", "mxfp4", "mxfp8")
     # K-blocks that do not split into the parts keep one range
     assert "k_parts" not in launch_params(PREDECODE_MIN_M, 256, 384, False)
 

@@ -155,6 +155,33 @@ def test_interpreter_matches_the_float64_reference(rng, m, post, launch):
     _check(got, _reference(x, packed, scale, col, post))
 
 
+@pytest.mark.parametrize("m,post,launch", [
+    (3, "div", dict(block_m=16)),  # one launch, one K range: y written by the CTAs (out_t)
+    (20, "mul", dict(block_m=32, k_parts=2)),  # in-CTA parts, a partial x tile
+    (5, "div", dict(block_m=32, k_parts=4, k_groups=2, predecode=True,
+                    groups_sum="reload")),  # the first group's sum reloaded, then finished
+])
+def test_interpreter_row_finish_in_the_cta_gives_xlas_bits(rng, m, post, launch, monkeypatch):
+    """NVFP4's finish (post factor, then the global scale per column) applied by the CTAs that
+    round their own bf16 output is bitwise XLA's finish of the same launch's float32 sums,
+    rounded after -- and the bf16 launches do not call XLA's (RowFinish.xla)."""
+    from pallas_kernels.mgpu_common import RowFinish
+    n, k = 256, 1024
+    x, packed, scale, col = (jnp.asarray(a) for a in _operands(rng, m, n, k))
+    run = lambda dtype: nvfp4_a16_matmul_mgpu(  # noqa: E731
+        x, packed, scale, col, post=post, interpret=True, out_dtype=dtype, **launch)
+    f32 = run(jnp.float32)  # the kernel writes float32 sums: XLA finishes them
+    called = []
+    monkeypatch.setattr(RowFinish, "xla", lambda self, yt: called.append(yt) or yt)
+    bf16 = run(jnp.bfloat16)
+    assert not called, "the bf16 launch left its finish to XLA"
+    assert bf16.dtype == jnp.bfloat16 and bf16.shape == (m, n)
+    np.testing.assert_array_equal(np.asarray(bf16).view(np.uint16),
+                                  np.asarray(f32.astype(jnp.bfloat16)).view(np.uint16))
+    _check(bf16, _reference(np.asarray(x), np.asarray(packed), np.asarray(scale),
+                            np.asarray(col), post))
+
+
 def test_interpreter_deterministic_rows_do_not_depend_on_m(rng):
     n, k = 256, 512
     x, packed, scale, col = _operands(rng, 7, n, k)
@@ -752,6 +779,28 @@ def test_gpu_group_stored_groups_give_the_parked_bits(rng, fmt, a_load, predecod
     _group_option_keeps_the_bits(rng, fmt, 1024, "groups_sum", ("park", "store") + (
         ("reload",) if predecode else ()), dict(a_load=a_load, predecode=predecode, k_parts=8,
                                                 k_groups=2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,launch", [
+    (1024, 24576, 7168, "det"),  # deterministic mode: in-CTA parts, one group (y by the CTAs)
+    (4096, 8192, 8192, "det-predecode"),  # predecoded, the first group's sum reloaded
+    (300, 4096, 4096, dict(k_parts=8)), (7, 2560, 7168, dict(block_m=16))])
+@pytest.mark.parametrize("post", ["div", "mul"])
+def test_gpu_row_finish_in_the_cta_gives_xlas_bits(rng, m, n, k, launch, post):
+    """On the GPU: NVFP4's finish in the CTAs (bf16 output) is bitwise XLA's finish of the same
+    launch's float32 sums, rounded after; within the float32 reference's bound."""
+    if isinstance(launch, str):
+        launch = {key: v for key, v in group_launch_params(
+            m, n, k, False, deterministic=True, fmt="nvfp4",
+            predecode=launch.endswith("predecode")).items() if key != "a_in_registers"}
+    x, packed, scale, col = _operands(rng, m, n, k)
+    args = [jnp.asarray(a) for a in (x, packed, scale, col)]
+    run = lambda dtype: np.asarray(nvfp4_a16_matmul_mgpu(  # noqa: E731
+        *args, post=post, out_dtype=dtype, **launch).astype(jnp.bfloat16))
+    np.testing.assert_array_equal(run(jnp.bfloat16).view(np.uint16),
+                                  run(jnp.float32).view(np.uint16))
+    _check(run(jnp.bfloat16), _reference(x, packed, scale, col, post, np.float32))
 
 
 def test_interpreter_group_reloaded_groups_give_the_parked_bits(rng):

@@ -21,14 +21,17 @@ FORMATS = {"nvfp4": ("e2m1", "e4m3", 16), "mxfp4": ("e2m1", "e8m0", 32),
 
 
 def _operands(rng, fmt: str, n: int, k: int):
-    """Random codes holding every code byte, scales holding every scale byte, at random places."""
+    """Random codes holding every code byte, scales holding every scale byte, at random places
+    (as many of them as fit, where fewer than 256)."""
     elem, _, group = FORMATS[fmt]
-    w_bytes = n * (k // 2 if elem == "e2m1" else k)
-    codes = np.concatenate([np.arange(256, dtype=np.uint8),
-                            rng.integers(0, 256, w_bytes - 256, dtype=np.uint8)])
-    scales = np.concatenate([np.arange(256, dtype=np.uint8),
-                             rng.integers(0, 256, n * k // group - 256, dtype=np.uint8)])
-    return (rng.permutation(codes).reshape(n, -1), rng.permutation(scales).reshape(n, -1))
+
+    def every_byte(count):
+        first = rng.permutation(256).astype(np.uint8)[:count]
+        return rng.permutation(np.concatenate(
+            [first, rng.integers(0, 256, count - first.size, dtype=np.uint8)]))
+
+    return (every_byte(n * (k // 2 if elem == "e2m1" else k)).reshape(n, -1),
+            every_byte(n * k // group).reshape(n, -1))
 
 
 def _same_bits(got, want) -> None:
@@ -97,6 +100,13 @@ def test_lowers_for_cuda_on_an_abstract_h200():
      r"e4m3 codes must be uint8 or float8_e4m3fn, got float32"),
     (dict(w=np.zeros((16, 64), np.uint8), s=np.zeros((16, 8), np.float32)),
      r"w_scale must hold one byte a scale \(e4m3 or its bytes\), got float32"),
+    (dict(w=np.zeros((16, 64), np.uint8), s=np.zeros((16, 8), np.uint8), factor=0.3),
+     r"factor must be a power of two .* got 0.3"),
+    (dict(w=np.zeros((16, 64), np.uint8), s=np.zeros((16, 8), np.uint8), decode="asm"),
+     r"decode='asm' is PTX and cannot run in interpret mode"),
+    (dict(w=np.zeros((16, 128), np.uint8), s=np.zeros((16, 4), np.uint8), elem="e4m3",
+          scale="e8m0", group=32, decode="asm"),
+     r"decode must be one of \('jnp', 'asm'\) \('asm' for e2m1 only\), got 'asm' for e4m3"),
 ])
 def test_bad_operands_are_named(kw, match):
     kw = {"elem": "e2m1", "scale": "e4m3", "group": 16, **kw}
@@ -129,16 +139,18 @@ def test_dense_path_takes_the_pass_and_says_so(rng, fmt):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
-@pytest.mark.parametrize("n,k", [(8192, 8192), (7168, 18432), (4112, 7168)])
-def test_gpu_dequantizes_as_xla(rng, fmt, n, k):
-    """On the GPU at real sizes (every code and scale byte, NaNs included): bitwise XLA's."""
+@pytest.mark.parametrize("fmt,decode", [("nvfp4", "asm"), ("nvfp4", "jnp"), ("mxfp4", "asm"),
+                                        ("mxfp4", "jnp"), ("mxfp8", None)])
+@pytest.mark.parametrize("n,k", [(8192, 8192), (7168, 18432), (4112, 7168), (32, 128)])
+def test_gpu_dequantizes_as_xla(rng, fmt, decode, n, k):
+    """On the GPU at real sizes and the narrowest (every code and scale byte, NaNs included),
+    e2m1 by both decodes: bitwise XLA's."""
     elem, scale, group = FORMATS[fmt]
     w, s = _operands(rng, fmt, n, k)
     w, s = jnp.asarray(w), jnp.asarray(s)
     for factor in ((1.0, 2.0 ** -8) if fmt == "nvfp4" else (1.0,)):
         got = jax.jit(lambda a, b: dequantize_groups(a, b, elem=elem, scale=scale, group=group,
-                                                     factor=factor))(w, s)
+                                                     factor=factor, decode=decode))(w, s)
         want = jax.jit(lambda a, b: dequantize_bf16(a, b, elem=elem, scale=scale, group=group,
                                                     factor=factor))(w, s)
         _same_bits(got, want)
