@@ -503,9 +503,9 @@ def _kernel(w_gmem, x_gmem, ws_gmem, post_gmem, out_gmem, first_gmem=None, *, st
                     plgpu.copy_gmem_to_smem(first_gmem.at[n_slice].at[rows, cols],
                                             out_smem.at[wg], reload_bar.at[wg])
                     plgpu.barrier_wait(reload_bar.at[wg])
+                    # (park's order: first + second; then the row finish, if any)
                     total = finished(plgpu.load(out_smem.at[wg], layout=plgpu.Layout.WGMMA)
-                                     + second[:, c:c + staged], col)  # (park's order: first
-                    # + second)
+                                     + second[:, c:c + staged], col)
                     if out_view is not out_smem:  # every thread's read done: the narrower
                         plgpu.commit_smem()  # output overwrites the same bytes
                     store_piece(total, out_view.at[wg],  # (out_t: y's rows, not y^T's)
