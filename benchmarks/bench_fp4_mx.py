@@ -25,7 +25,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     detranges (deterministic K ranges with stored parts at
     M = 64 / 256), dequant (group_dequant's pass beside XLA's dequantization, M = 1024 / 4096),
     rowfinish (NVFP4's finish in the CTAs beside XLA's, and on predecoded codes reloaded,
-    M = 1024 / 4096),
+    M = 1024 / 4096), detpredecodemid (deterministic launches predecoded below
+    PREDECODE_MIN_M, M = 1024 / 2048),
     kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
@@ -555,6 +556,30 @@ def row_finish_ops(k: int, n: int) -> list[bench.Op]:
                            adjust=_det_predecoded_as_mx)]
 
 
+def _det_predecoded_any_m(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch predecoded whatever M (launch_params' rule from
+    PREDECODE_MIN_M rows applied below it: the halves dropped, a CTA holding both groups
+    reloading the first's sum up to RELOAD_MAX_K, else storing it)."""
+    from pallas_kernels.fp8_block_a16_mgpu import RELOAD_MAX_K, holds_both_groups
+    q = {key: v for key, v in p.items() if key != "wgmma_halves"}
+    q["predecode"] = True
+    if holds_both_groups(q.get("k_groups", 1), q.get("k_splits", 1), q.get("k_parts", 1),
+                         q.get("parts_sum", "cond"), "programs" in q):
+        q["groups_sum"] = "reload" if k <= RELOAD_MAX_K else "store"
+    return q
+
+
+def det_predecode_mid_ops(k: int, n: int) -> list[bench.Op]:
+    """Deterministic mode predecoded below PREDECODE_MIN_M (M = 1024 / 2048) beside its
+    register decode, now that the pass is Pallas (sessions 21-22) and groups reload (session
+    17 measured 1.14-1.48x slower at M=1024 with XLA's pass, parked groups). Prediction: at
+    M=1024 the pass (~50 us on 8192x8192) against ~280 us of kernel: break-even or a loss;
+    at 2048 a win where the register decode's per-x-tile cost dominates."""
+    del k, n
+    return _beside_det("det-predecode-any-m", _det_predecoded_any_m,
+                       ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -697,6 +722,8 @@ def main(argv=None) -> int:
             plan.append((DEQUANT_SHAPES, (1024, 4096), dequant_ops))
         elif part == "rowfinish":  # NVFP4's finish in the CTAs (session 22)
             plan.append((DEQUANT_SHAPES, (1024, 4096), row_finish_ops))
+        elif part == "detpredecodemid":  # predecoded below PREDECODE_MIN_M (session 22)
+            plan.append((DEQUANT_SHAPES, (1024, 2048), det_predecode_mid_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes
