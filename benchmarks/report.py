@@ -471,6 +471,9 @@ def main() -> int:
         ("h200_fp4_grid_rowfinish_s22.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and W+A) in "
          "both modes at M=1024/4096 after session 22's NVFP4 finish in the CTAs and NVFP4 "
          "predecode in deterministic mode, 11 shapes (calls 6-7: figures of record)"),
+        ("h200_fp4_det_predecode_mid_s22.json", "Deterministic mode predecoded below "
+         "PREDECODE_MIN_M (`var[mgpu-det-predecode-any-m]`) beside the register decode, "
+         "M=1024/2048, 3 shapes, same run (session 22 call 8; not adopted yet)"),
         ("h200_fp4_rowfinish_s22.json", "NVFP4 deterministic mode (finish in the CTAs) beside "
          "its launch with XLA's finish (`var[mgpu-det-xla-finish]`) and on predecoded codes "
          "with reloaded groups, M=1024/4096, 3 shapes, same run (session 22 call 5)"),
