@@ -70,16 +70,16 @@ def _bits(v: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(v.astype(BF16), jnp.uint16).astype(jnp.uint32)
 
 
+def _scale_f32(s: jax.Array, scale: str) -> jax.Array:
+    """Scale values (e4m3, or e8m0 bytes) -> their exact float32 values."""
+    return e8m0_to_f32(s) if scale == "e8m0" else s.astype(F32)
+
+
 def _bf16_pairs(s: jax.Array, scale: str) -> jax.Array:
-    """Scale bytes -> uint32 words holding the scale's bf16 bits in both halves (exact: e4m3
-    numbers are bf16 numbers; e8m0 2**(u - 127) is bf16's exponent field u, u = 0 the
-    subnormal 2**-127 and u = 255 NaN, as e8m0_to_f32)."""
-    if scale == "e4m3":
-        bits = lax.bitcast_convert_type(s.astype(F32).astype(BF16), jnp.uint16).astype(jnp.uint32)
-    else:
-        u = s.astype(jnp.uint32)
-        bits = jnp.where(u == 0, jnp.uint32(0x0040),
-                         jnp.where(u == 255, jnp.uint32(0x7FC0), u << 7))
+    """Scale values -> uint32 words holding the scale's bf16 bits in both halves: the high half
+    of its float32 bits, exact because e4m3 and e8m0 numbers are bf16 numbers (the e8m0
+    subnormal 2**-127 and NaN of e8m0_to_f32 included) -- no float32 -> bf16 conversion."""
+    bits = lax.bitcast_convert_type(_scale_f32(s, scale), jnp.uint32) >> 16
     return bits | (bits << 16)
 
 
@@ -93,8 +93,7 @@ def _kernel_asm(w_ref, s_ref, o_ref, *, scale: str, per: int, factor: float):
 
 
 def _kernel(w_ref, s_ref, o_ref, *, elem: str, scale: str, per: int, factor: float):
-    s = s_ref[...]
-    s = expand_groups(e8m0_to_f32(s) if scale == "e8m0" else s.astype(F32), per)
+    s = expand_groups(_scale_f32(s_ref[...], scale), per)
 
     def value(q):  # the element's exact value times its group scale (and factor), in float32
         v = q * s

@@ -152,8 +152,7 @@ def scale_splat_values(scale_bytes: np.ndarray, fmt: Format) -> np.ndarray:
     if fmt.scale == "e4m3":
         s = b.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
         return (s * np.float32(2.0 ** 118)).astype(ml_dtypes.bfloat16).astype(np.float32)
-    bits = np.where(b == 0, 0x40, np.where(b == 255, 0x7FC0, b.astype(np.uint16) << 7))
-    return bits.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+    return np.asarray(e8m0_to_f32(jnp.asarray(b)))  # (bf16 numbers, the subnormal included)
 
 
 def _e2m1_jnp(codes: jax.Array) -> jax.Array:
