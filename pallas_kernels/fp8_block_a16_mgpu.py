@@ -904,7 +904,8 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
 
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
                   deterministic: bool = False, compute_wgs: int = 2, w_bits: float = 8,
-                  halves: bool = True, predecode: bool = True) -> dict:
+                  halves: bool = True, predecode: bool = True,
+                  predecode_min_m: int | None = None) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
@@ -925,7 +926,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     small = with_two_block_steps(small, n, k)
-    if predecode and m >= PREDECODE_MIN_M:
+    if predecode and m >= (PREDECODE_MIN_M if predecode_min_m is None else predecode_min_m):
         small = {**small, "predecode": True}
         if (not deterministic and "k_parts" not in small
                 and (k // BLOCK) % PREFILL_K_PARTS == 0):  # (PREFILL_K_PARTS)
@@ -1320,7 +1321,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
             block_m, k_splits, k_parts, a_in_registers, interpret,
             blocks_per_step: int = 1, compute_wgs: int = 2, a_load: str = "wgmma",
             parts_sum: str = "cond", scales: str = "rows",
-            programs: int | None = None, finish=None,
+            programs: int | None = None,
             group_fmt: str | None = None, k_groups: int = 1,
             wgmma_halves: bool = False, k_perm: str | None = None,
             groups_sum: str = "park", row_finish: RowFinish | None = None) -> jax.Array:
@@ -1328,13 +1329,11 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     ("rows": (K/128, N), weight_scale_rows; "groups": group_fmt's scales as stored, (N,
     K/group) viewed uint8; "none": not read); w e4m3, or int4 (e2m1 codes with
     scales="groups", or benchmarks/probe_w4_mgpu.py's 4-bit weight stream), or bf16 decoded
-    weights with a_load="smem" (predecoded). finish: applied to the float32 sums (N, M) before
-    the transpose and the rounding to out_dtype (the kernel then writes float32). row_finish:
-    applied by the CTAs where they round 16-bit output themselves (out_t), else to the float32
-    sums as `finish` (the same bits either way). k_perm: x's K-blocks permuted so
+    weights with a_load="smem" (predecoded). row_finish: applied by the CTAs where they round
+    16-bit output themselves (out_t), else by XLA to the float32 sums (N, M) before the
+    transpose and the rounding to out_dtype (the same bits either way). k_perm: x's K-blocks
+    permuted so
     (mgpu_relabel.permute_k), as the decoded weights' were."""
-    if finish is not None and row_finish is not None:
-        raise ValueError("_launch: finish and row_finish are exclusive")
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
@@ -1367,12 +1366,12 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         slabs = group_slabs * k_groups
     else:
         slabs = k_splits * (k_parts if parts_sum == "store" else k_groups if stored_groups else 1)
-    finished = not (writes_partials(slabs) or narrow or finish is not None or parked)
+    finished = not (writes_partials(slabs) or narrow or parked)
     # the row finish rides the CTAs' own rounding (16-bit y written by unstreamed launches)
     in_cta = row_finish is not None and finished and out_dtype.itemsize == 2 and stream is None
     kernel_out = (out_dtype if finished and (row_finish is None or in_cta) else jnp.dtype(F32))
-    # a 16-bit kernel output is a finished one (float32 whenever slabs are added, a finish
-    # follows or a first group is parked; reloaded groups finish theirs in the CTA): unless
+    # a 16-bit kernel output is a finished one (float32 whenever slabs are added, XLA applies
+    # the row finish or a first group is parked; reloaded groups finish theirs in the CTA): unless
     # streamed, the kernel then writes y, not y^T -- no XLA transpose of the output (H200,
     # session 20: 32 us of 896 at M=4096 on 8192x8192, benchmarks/profile_prefill.py)
     out_t = kernel_out.itemsize == 2 and stream is None
@@ -1403,7 +1402,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         n // tile_rows * (mp // block_m) * k_splits if stream is None else stream.programs,
         interpret, compute_wgs)
     # (the column values as the CTAs load them; unread without an in-CTA finish)
-    post = row_finish.col.astype(F32) if in_cta else jnp.zeros((BLOCK,), F32)
+    post = row_finish.col if in_cta else jnp.zeros((BLOCK,), F32)
     y = call(w, x, ws, post)
     if reloaded:
         y = y[0]
@@ -1414,8 +1413,6 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
         sum_groups = 1  # (the groups' sums, added in order below)
     # ranges (parts) in K order -- by group -- after (k_shards) the devices' are gathered
     yt = sum_device_splits(y, slabs, n, mp, groups=sum_groups)
-    if finish is not None:
-        yt = finish(yt)
     if row_finish is not None:  # (not in the CTAs: they wrote float32)
         yt = row_finish.xla(yt)
     return yt.T[:m].astype(out_dtype)

@@ -104,13 +104,13 @@ class RowFinish(NamedTuple):
     one float32 value per weight row (NVFP4's decode factor and global scale). Applied by the
     kernel where its CTAs round their own output, else by XLA after the sums -- the same float32
     operations in the same order, so the same bits."""
-    col: jax.Array  # (N,) float32
+    col: jax.Array  # (N,) float32 (the caller's cast: group_a16_mgpu)
     factor: float
     op: str  # "mul" | "div"
 
     def xla(self, yt: jax.Array) -> jax.Array:
         """On y^T (N, M), outside the kernel."""
-        return finish_rows(yt, self.col.astype(jnp.float32)[:, None], self.factor, self.op)
+        return finish_rows(yt, self.col[:, None], self.factor, self.op)
 
 
 def finish_rows(total: jax.Array, col: jax.Array, factor: float, op: str) -> jax.Array:

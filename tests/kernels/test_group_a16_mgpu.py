@@ -370,13 +370,13 @@ def test_gpu_dispatcher_deterministic_rows_with_bf16_x(rng, fmt, n, k):
     """bf16 activations (one part: the Mosaic kernel at every M in deterministic mode, words
     and 4 K-blocks a step at M <= 16 on 8192x8192 and 24576x7168 -- there in steps across
     the ends of K parts of 7 blocks, one block a step at M=64 and 300; MX codes predecoded
-    at M=4096): rows computed alone equal the same rows inside M in {2, 7, 64, 300, 4096},
-    bitwise."""
+    from M=2048, NVFP4's at 4096: DET_PREDECODE_MIN_M): rows computed alone equal the same
+    rows inside M in {2, 7, 64, 300, 2048, 4096}, bitwise."""
     from invariance import assert_rows_batch_invariant
     from jqlin import formats, qweight
     w = rng.standard_normal((n, k)) * np.exp(0.5 * rng.standard_normal((n, 1))) * 0.05
     qw = qweight.quantize(jnp.asarray(w, jnp.float32), formats.get(fmt))
-    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300, 4096), fmt)
+    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300, 2048, 4096), fmt)
 
 
 @pytest.mark.gpu
