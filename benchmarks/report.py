@@ -172,7 +172,8 @@ CURRENT = (
     ("h200_fp8_grid_widen_s20.json", None), ("h200_fp4_grid_s20.json", None),
     ("h200_fp8_grid_widen_m1024_m16384_s20.json", None),
     ("h200_fp4_grid_dequant_s21.json", None), ("h200_fp4_grid_asm_s22.json", None),
-    ("h200_fp4_grid_rowfinish_s22.json", None),
+    ("h200_fp4_grid_rowfinish_s22.json", None), ("h200_fp8_grid_decode_s23.json", None),
+    ("h200_fp4_grid_det_predecode_m2048_s23.json", None),
 )
 
 
@@ -468,6 +469,15 @@ def main() -> int:
          "y written by the kernel, 11 shapes (call 3: figures of record)"),
         ("h200_fp8_grid_widen_m1024_m16384_s20.json", "The same at M=1024 and 16384 "
          "(deterministic mode for fp8_block_a16 only), 11 shapes (call 5)"),
+        ("h200_fp8_grid_decode_s23.json", "FP8 formats through the dispatcher at M=1 and 16, "
+         "both modes where deterministic differs, 11 shapes (session 23 call 2: a re-measure "
+         "of the decode figures with the current kernels; figures of record)"),
+        ("h200_fp4_grid_det_predecode_m2048_s23.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and "
+         "W+A) in both modes at M=2048 after session 23's MX predecode from 2048 rows in "
+         "deterministic mode, 11 shapes (call 1)"),
+        ("h200_fp4_det_predecode_mid_s23.json", "Deterministic mode predecoded below "
+         "PREDECODE_MIN_M beside the register decode again, M=1024/2048, 3 shapes, same run "
+         "(session 23 call 2; MX's [det] rows at 2048 are predecoded themselves now)"),
         ("h200_fp4_grid_rowfinish_s22.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and W+A) in "
          "both modes at M=1024/4096 after session 22's NVFP4 finish in the CTAs and NVFP4 "
          "predecode in deterministic mode, 11 shapes (calls 6-7: figures of record)"),
