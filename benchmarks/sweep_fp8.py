@@ -617,6 +617,17 @@ def main(argv=None) -> int:
         # 4096x4096. Prediction: Triton keeps M <= 64 (weight-streaming, its split-K decode
         # configs), dense from 128 or 256
         mid_m(["fp8_per_tensor", "fp8_ptpc"], (16, 64, 128, 256, 512), mid_shapes)
+    if "w8a8_decode" in parts:  # W8A8 whole-K scales: Triton or dense at M <= 64 (session 23)
+        # why: session 23's decode grid ran XLA's fp8 x fp8 dot 1.61x bf16 at M=16 against the
+        # Triton kernel's 1.53x (Triton / cuBLAS 0.93-1.19; K=4096 shapes 1.15-1.19).
+        # Prediction (M = 8-64, 11 shapes): dense ahead at M=16-64 on the K=4096 shapes,
+        # within ~5% elsewhere; Triton ahead at M=8
+        # (the dispatcher is the Triton kernel there: no path_pallas row)
+        for model, k, n in ([("tiny", 512, 256)] if args.tiny else [
+                (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]):
+            run_saved((model, k, n), (4,) if args.tiny else (8, 16, 32, 64), [bench.bf16_op()] + [
+                op for fmt in ("fp8_per_tensor", "fp8_ptpc")
+                for op in (bench.kernel_op("pallas_fp8_w8a8", fmt), _path_op(fmt, "dense"))])
     if "mid_m_a16" in parts:  # W8A16 whole-K scales: mgpu or dense at 512-1024 (session 19)
         # call 1: equal on 8192x8192 (within its ~5% run-to-run), dense 1.2-1.4x at M=768 on
         # 4096x4096 (mgpu's 6 x tiles x 32 weight tiles = 1.45 waves of 132 SMs); mgpu ahead

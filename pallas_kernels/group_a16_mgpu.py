@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, PREDECODE_MIN_M, WG_ROWS, _launch,
-                                 check_launch, check_predecode, group_tile_blocks,
-                                 launch_params, step_unit, stream_programs)
+from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_launch,
+                                 check_predecode, group_tile_blocks, launch_params, step_unit,
+                                 stream_programs)
 from .fp8_heuristics import num_sms
 from .mgpu_common import RowFinish
 from .mgpu_group_decode import FORMATS, Format, predecode_weights
@@ -104,13 +104,14 @@ WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
 # session 22, once its finish ran in the CTAs (RowFinish) and so its predecoded launches could
 # reload their first group's sum as MX's do: 0.82-0.96x the time of its register decode at
 # M=4096 (bench_fp4_mx.py --parts rowfinish, 3 shapes, h200_fp4_rowfinish_s22.json).
-# The rows from which each format predecodes: MX from 2048 since session 23 -- the Pallas
-# pass (sessions 21-22) and reloaded groups made it pay below PREDECODE_MIN_M: time predecoded /
-# register decode, same run (bench_fp4_mx.py --parts detpredecodemid, 3 shapes,
-# h200_fp4_det_predecode_mid_s22.json) at M=2048 MXFP4 0.79-0.98, MXFP8 0.84-0.88, NVFP4
-# 0.85-1.03 (so NVFP4 keeps 4096); at M=1024 MX 0.92-1.24, NVFP4 0.96-1.37 (none moves to
-# 1024). Predecoded sums are the register decode's bits, so M may choose.
-DET_PREDECODE_MIN_M = {"nvfp4": PREDECODE_MIN_M, "mxfp4": 2048, "mxfp8": 2048}
+# The rows from which each format predecodes: 2048 since session 23 -- the Pallas pass
+# (sessions 21-22) and reloaded groups made it pay below PREDECODE_MIN_M: time predecoded /
+# register decode, same run (bench_fp4_mx.py --parts detpredecodemid, 3 shapes), at M=2048
+# MXFP4 0.79-0.98, MXFP8 0.84-0.88, NVFP4 0.85-1.03 (h200_fp4_det_predecode_mid_s22.json);
+# NVFP4 again 0.83-0.96 (h200_fp4_det_predecode_mid_s23.json); at M=1024 MX 0.91-1.24, NVFP4
+# 0.95-1.37 (both runs; none moves to 1024). Predecoded sums are the register decode's bits,
+# so M may choose.
+DET_PREDECODE_MIN_M = {"nvfp4": 2048, "mxfp4": 2048, "mxfp8": 2048}
 PREDECODE_FORMATS = tuple(DET_PREDECODE_MIN_M)
 
 
@@ -125,12 +126,12 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     where its steps can hold 4 (step_unit: a part's K-blocks, or streamed parts' tile K and
     CTA run; the sums are the same for 1, 2 or 4 blocks a step). predecode: whether
     launch_params may predecode (None: deterministic mode for PREDECODE_FORMATS), from
-    DET_PREDECODE_MIN_M's rows for the format (else PREDECODE_MIN_M)."""
+    DET_PREDECODE_MIN_M's rows for the format."""
     if predecode is None:
         predecode = deterministic and fmt in PREDECODE_FORMATS
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3",
-                      predecode=predecode, predecode_min_m=DET_PREDECODE_MIN_M.get(fmt))
+                      predecode=predecode, predecode_min_m=DET_PREDECODE_MIN_M[fmt])
     if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
