@@ -475,6 +475,13 @@ def main() -> int:
         ("h200_fp4_grid_det_predecode_m2048_s23.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and "
          "W+A) in both modes at M=2048 after session 23's MX predecode from 2048 rows in "
          "deterministic mode, 11 shapes (call 1)"),
+        ("h200_fp8_sweep_w8a8_decode_s23.json", "W8A8 whole-K scales at M=8-64: the "
+         "dispatcher (Triton) beside the dense path (`path_dense`), 10 shapes, same run "
+         "(session 23 call 3; mixed, not adopted)"),
+        ("h200_fp4_grid_nvfp4_predecode_m2048_s23.json", "NVFP4 (W4A16, W4A4) in both "
+         "modes at M=2048 with its deterministic mode predecoded from 2048 rows, 11 shapes "
+         "(session 23 call 3; against call 1's register decode: slower on 8 of 11, not "
+         "adopted)"),
         ("h200_fp4_det_predecode_mid_s23.json", "Deterministic mode predecoded below "
          "PREDECODE_MIN_M beside the register decode again, M=1024/2048, 3 shapes, same run "
          "(session 23 call 2; MX's [det] rows at 2048 are predecoded themselves now)"),

@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, WG_ROWS, _launch, check_launch,
-                                 check_predecode, group_tile_blocks, launch_params, step_unit,
-                                 stream_programs)
+from .fp8_block_a16_mgpu import (BLOCK, GROUP_A_LOADS, PREDECODE_MIN_M, WG_ROWS, _launch,
+                                 check_launch, check_predecode, group_tile_blocks,
+                                 launch_params, step_unit, stream_programs)
 from .fp8_heuristics import num_sms
 from .mgpu_common import RowFinish
 from .mgpu_group_decode import FORMATS, Format, predecode_weights
@@ -104,14 +104,17 @@ WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
 # session 22, once its finish ran in the CTAs (RowFinish) and so its predecoded launches could
 # reload their first group's sum as MX's do: 0.82-0.96x the time of its register decode at
 # M=4096 (bench_fp4_mx.py --parts rowfinish, 3 shapes, h200_fp4_rowfinish_s22.json).
-# The rows from which each format predecodes: 2048 since session 23 -- the Pallas pass
+# The rows from which each format predecodes. MX from 2048 since session 23 -- the Pallas pass
 # (sessions 21-22) and reloaded groups made it pay below PREDECODE_MIN_M: time predecoded /
-# register decode, same run (bench_fp4_mx.py --parts detpredecodemid, 3 shapes), at M=2048
-# MXFP4 0.79-0.98, MXFP8 0.84-0.88, NVFP4 0.85-1.03 (h200_fp4_det_predecode_mid_s22.json);
-# NVFP4 again 0.83-0.96 (h200_fp4_det_predecode_mid_s23.json); at M=1024 MX 0.91-1.24, NVFP4
-# 0.95-1.37 (both runs; none moves to 1024). Predecoded sums are the register decode's bits,
-# so M may choose.
-DET_PREDECODE_MIN_M = {"nvfp4": 2048, "mxfp4": 2048, "mxfp8": 2048}
+# register decode, same run (bench_fp4_mx.py --parts detpredecodemid, 3 shapes,
+# h200_fp4_det_predecode_mid_s22.json) at M=2048 MXFP4 0.79-0.98, MXFP8 0.84-0.88; at 1024
+# 0.91-1.24. NVFP4 keeps PREDECODE_MIN_M: its same-run A/Bs at 2048 (0.83-1.03, two runs of 3
+# shapes) looked like a win, but the 11-shape grids with and without (session 23 calls 1 and
+# 3, h200_fp4_grid_nvfp4_predecode_m2048_s23.json) put it 6-17% slower on the 8 shapes with
+# N >= 7168 and 16-20% faster only on N = 4096 / 6144 (its register decode, one bf16x2
+# multiply a pair, is cheaper than MX's two). Predecoded sums are the register decode's
+# bits, so M may choose.
+DET_PREDECODE_MIN_M = {"nvfp4": PREDECODE_MIN_M, "mxfp4": 2048, "mxfp8": 2048}
 PREDECODE_FORMATS = tuple(DET_PREDECODE_MIN_M)
 
 

@@ -775,14 +775,14 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
             assert det.get("predecode", False) == (fmt in PREDECODE_FORMATS), (fmt, det)
             assert "wgmma_halves" not in det or fmt not in PREDECODE_FORMATS
             assert "predecode" not in group_launch_params(PREDECODE_MIN_M, n, k, False, fmt=fmt)
-            # each format from its own DET_PREDECODE_MIN_M rows (2048 since session 23)
+            # each format from its own DET_PREDECODE_MIN_M rows (MX: 2048 since session 23)
             lo = DET_PREDECODE_MIN_M[fmt]
             assert group_launch_params(lo, n, k, False, deterministic=True,
                                        fmt=fmt).get("predecode"), fmt
             assert "predecode" not in group_launch_params(lo - 1, n, k, False,
                                                           deterministic=True, fmt=fmt), fmt
     assert PREDECODE_FORMATS == ("nvfp4", "mxfp4", "mxfp8")
-    assert DET_PREDECODE_MIN_M == {"nvfp4": 2048, "mxfp4": 2048, "mxfp8": 2048}
+    assert DET_PREDECODE_MIN_M == {"nvfp4": PREDECODE_MIN_M, "mxfp4": 2048, "mxfp8": 2048}
     # K-blocks that do not split into the parts keep one range
     assert "k_parts" not in launch_params(PREDECODE_MIN_M, 256, 384, False)
 

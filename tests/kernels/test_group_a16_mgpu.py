@@ -370,7 +370,7 @@ def test_gpu_dispatcher_deterministic_rows_with_bf16_x(rng, fmt, n, k):
     """bf16 activations (one part: the Mosaic kernel at every M in deterministic mode, words
     and 4 K-blocks a step at M <= 16 on 8192x8192 and 24576x7168 -- there in steps across
     the ends of K parts of 7 blocks, one block a step at M=64 and 300; codes predecoded from
-    M=2048: DET_PREDECODE_MIN_M): rows computed alone equal the same
+    DET_PREDECODE_MIN_M rows, MX 2048, NVFP4 4096): rows computed alone equal the same
     rows inside M in {2, 7, 64, 300, 2048, 4096}, bitwise."""
     from invariance import assert_rows_batch_invariant
     from jqlin import formats, qweight
