@@ -1332,8 +1332,7 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     weights with a_load="smem" (predecoded). row_finish: applied by the CTAs where they round
     16-bit output themselves (out_t), else by XLA to the float32 sums (N, M) before the
     transpose and the rounding to out_dtype (the same bits either way). k_perm: x's K-blocks
-    permuted so
-    (mgpu_relabel.permute_k), as the decoded weights' were."""
+    permuted so (mgpu_relabel.permute_k), as the decoded weights' were."""
     m, k = x.shape
     n = w.shape[0]
     if a_load == "relabel_4x":
@@ -1371,8 +1370,8 @@ def _launch(x: jax.Array, w: jax.Array, ws: jax.Array, *, out_dtype, stages, gro
     in_cta = row_finish is not None and finished and out_dtype.itemsize == 2 and stream is None
     kernel_out = (out_dtype if finished and (row_finish is None or in_cta) else jnp.dtype(F32))
     # a 16-bit kernel output is a finished one (float32 whenever slabs are added, XLA applies
-    # the row finish or a first group is parked; reloaded groups finish theirs in the CTA): unless
-    # streamed, the kernel then writes y, not y^T -- no XLA transpose of the output (H200,
+    # the row finish or a first group is parked; reloaded groups finish theirs in the CTA):
+    # unless streamed, the kernel then writes y, not y^T -- no XLA transpose of the output (H200,
     # session 20: 32 us of 896 at M=4096 on 8192x8192, benchmarks/profile_prefill.py)
     out_t = kernel_out.itemsize == 2 and stream is None
     stages = _stages(stages, block_m, x.dtype.itemsize, 4 if reloaded else kernel_out.itemsize,
