@@ -26,7 +26,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     M = 64 / 256), dequant (group_dequant's pass beside XLA's dequantization, M = 1024 / 4096),
     rowfinish (NVFP4's finish in the CTAs beside XLA's, and on predecoded codes reloaded,
     M = 1024 / 4096), detpredecodemid (deterministic launches predecoded below
-    PREDECODE_MIN_M, M = 1024 / 2048),
+    PREDECODE_MIN_M, M = 1024 / 2048), detother2048 (deterministic mode's other decode than
+    the dispatcher's at M = 2048, 11 shapes),
     kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
@@ -580,6 +581,29 @@ def det_predecode_mid_ops(k: int, n: int) -> list[bench.Op]:
                        ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
 
 
+def _det_other_decode(p: dict, n: int, k: int, m: int) -> dict:
+    """Deterministic mode's launch with the other decode than the dispatcher's at this M: the
+    register decode where the dispatcher predecodes (det_predecode_min_m), else predecoded (the
+    same sums either way: test_gpu_predecoded_codes_give_the_same_bits)."""
+    from pallas_kernels.group_a16_mgpu import det_predecode_min_m, group_launch_params
+    fmt = p["_fmt"]
+    if m < det_predecode_min_m(fmt, n, k):
+        return _det_predecoded_any_m(p, n, k, m)
+    q = group_launch_params(m, n, k, False, deterministic=True, fmt=fmt, predecode=False)
+    return {key: v for key, v in q.items() if key != "a_in_registers"}
+
+
+def det_other_decode_ops(k: int, n: int) -> list[bench.Op]:
+    """The dispatcher's deterministic decode at M=2048 beside the other one, every format, all
+    11 shapes in one process (session 23: the MX rule rested on 3-shape A/Bs, NVFP4's 3-shape
+    A/Bs said predecode wins and an 11-shape grid in another run said it loses from N >= 7168).
+    Prediction: MX predecoded / register 0.8-0.95 on every shape; NVFP4 predecoded / register
+    ~0.85 at N <= 6144 and 1.05-1.15 from N >= 7168, if session 23's cross-run split holds."""
+    del k, n
+    return _beside_det("det-other-decode", _det_other_decode,
+                       ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -724,6 +748,8 @@ def main(argv=None) -> int:
             plan.append((DEQUANT_SHAPES, (1024, 4096), row_finish_ops))
         elif part == "detpredecodemid":  # predecoded below PREDECODE_MIN_M (session 22)
             plan.append((DEQUANT_SHAPES, (1024, 2048), det_predecode_mid_ops))
+        elif part == "detother2048":  # the other deterministic decode, 11 shapes (s24)
+            plan.append((DECODE_SHAPES, (2048,), det_other_decode_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
             plan.append((DETRANGES_SHAPES, (128, 256), kparts_ops))
         elif part == "detw":  # words vs bytes in deterministic mode at prefill sizes

@@ -45,7 +45,8 @@ from .mgpu_relabel import permute_k
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
            "group_a16_matmul_mgpu", "group_launch_params", "with_blocks_per_step", "k_multiple",
            "supports",
-           "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS", "PREDECODE_FORMATS",
+           "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS", "PREDECODE_FORMATS", "reads_words",
+           "det_predecode_min_m",
            "DET_PREDECODE_MIN_M"]
 
 N_MULTIPLE = 2 * WG_ROWS  # two compute warpgroups' rows
@@ -104,18 +105,28 @@ WORDS_MIN_WEIGHTS = {"nvfp4": 8192 * 8192, "mxfp4": 7168 * 24576}
 # session 22, once its finish ran in the CTAs (RowFinish) and so its predecoded launches could
 # reload their first group's sum as MX's do: 0.82-0.96x the time of its register decode at
 # M=4096 (bench_fp4_mx.py --parts rowfinish, 3 shapes, h200_fp4_rowfinish_s22.json).
-# The rows from which each format predecodes. MX from 2048 since session 23 -- the Pallas pass
-# (sessions 21-22) and reloaded groups made it pay below PREDECODE_MIN_M: time predecoded /
-# register decode, same run (bench_fp4_mx.py --parts detpredecodemid, 3 shapes,
-# h200_fp4_det_predecode_mid_s22.json) at M=2048 MXFP4 0.79-0.98, MXFP8 0.84-0.88; at 1024
-# 0.91-1.24. NVFP4 keeps PREDECODE_MIN_M: its same-run A/Bs at 2048 (0.83-1.03, two runs of 3
-# shapes) looked like a win, but the 11-shape grids with and without (session 23 calls 1 and
-# 3, h200_fp4_grid_nvfp4_predecode_m2048_s23.json) put it 6-17% slower on the 8 shapes with
-# N >= 7168 and 16-20% faster only on N = 4096 / 6144 (its register decode, one bf16x2
-# multiply a pair, is cheaper than MX's two). Predecoded sums are the register decode's
-# bits, so M may choose.
-DET_PREDECODE_MIN_M = {"nvfp4": PREDECODE_MIN_M, "mxfp4": 2048, "mxfp8": 2048}
-PREDECODE_FORMATS = tuple(DET_PREDECODE_MIN_M)
+# The rows from which deterministic mode predecodes: DET_PREDECODE_MIN_M, except e2m1 codes the
+# register decode reads as words (WORDS_MIN_WEIGHTS), which keep PREDECODE_MIN_M. The Pallas
+# pass (sessions 21-22) and reloaded groups made predecoding pay below PREDECODE_MIN_M where the
+# register decode is dear. H200, session 24 (bench_fp4_mx.py --parts detother2048 twice in one
+# process, 11 shapes, h200_fp4_det_other_decode_m2048_s24.json), time predecoded / register
+# decode at M=2048: MXFP8 0.81-0.91 on every shape; e2m1 codes read as bytes NVFP4 0.78-0.88
+# (its 3 such shapes), MXFP4 0.76-0.84 (7); read as words NVFP4 1.02-1.17 (8), MXFP4 1.00-1.06
+# (4) -- the words decode is cheap enough that streaming 16 bits a weight loses. (Sessions
+# 22-23's 3-shape A/Bs mixed the two kinds of shape.) At M=1024 predecoding does not pay
+# (0.91-1.37, session 22). Predecoded sums are the register decode's bits, so M may choose.
+DET_PREDECODE_MIN_M = 2048
+PREDECODE_FORMATS = ("nvfp4", "mxfp4", "mxfp8")
+
+
+def reads_words(fmt: str, n: int, k: int) -> bool:
+    """Whether the register decode reads fmt's codes of an (n, k) weight as 32-bit words."""
+    return fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]
+
+
+def det_predecode_min_m(fmt: str, n: int, k: int) -> int:
+    """The rows from which deterministic mode decodes fmt's (n, k) codes to bf16 first."""
+    return PREDECODE_MIN_M if reads_words(fmt, n, k) else DET_PREDECODE_MIN_M
 
 
 def group_launch_params(m: int, n: int, k: int, interpret: bool,
@@ -129,13 +140,13 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
     where its steps can hold 4 (step_unit: a part's K-blocks, or streamed parts' tile K and
     CTA run; the sums are the same for 1, 2 or 4 blocks a step). predecode: whether
     launch_params may predecode (None: deterministic mode for PREDECODE_FORMATS), from
-    DET_PREDECODE_MIN_M's rows for the format."""
+    det_predecode_min_m's rows."""
     if predecode is None:
         predecode = deterministic and fmt in PREDECODE_FORMATS
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3",
-                      predecode=predecode, predecode_min_m=DET_PREDECODE_MIN_M[fmt])
-    if fmt in WORDS_MIN_WEIGHTS and n * k >= WORDS_MIN_WEIGHTS[fmt]:
+                      predecode=predecode, predecode_min_m=det_predecode_min_m(fmt, n, k))
+    if reads_words(fmt, n, k):
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16
             or n // N_MULTIPLE < FOUR_BLOCK_MIN_TILES or step_unit(p, n, k) % 4):

@@ -10,8 +10,8 @@ Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for
 with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
 activation) and N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
 session 12: the codes decoded in registers; in deterministic mode from
-group_a16_mgpu.DET_PREDECODE_MIN_M rows on (MX 2048, NVFP4 4096) decoded to exact bf16
-by one pass first, session 17) runs in
+group_a16_mgpu.det_predecode_min_m rows on (2048; 4096 for e2m1 codes read as words) decoded
+to exact bf16 by one pass first, session 17) runs in
 default mode up to M = 256 and in deterministic mode at every M; otherwise the Triton kernel
 (mx_core). In default mode from
 M = 1024 (prefill) the weight is instead dequantized exactly to bf16 in one pass and

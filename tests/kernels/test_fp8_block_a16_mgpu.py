@@ -23,7 +23,8 @@ from pallas_kernels.fp8_block_a16_mgpu import (
 from pallas_kernels.mgpu_common import weight_scale_rows
 from pallas_kernels.fp8_heuristics import det_k_parts
 from pallas_kernels.group_a16_mgpu import (DET_PREDECODE_MIN_M, PREDECODE_FORMATS,
-                                           group_launch_params)
+                                           det_predecode_min_m, group_launch_params,
+                                           reads_words)
 
 # bf16 x exact bf16(e4m3) products accumulate in float32 (wgmma), scaled per 128-K block
 ACC_RTOL = 1e-5
@@ -750,7 +751,7 @@ def test_launch_params_take_wgmma_halves_for_in_cta_parts_at_128_row_tiles(monke
 def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
     """From PREDECODE_MIN_M rows fp8 weights are predecoded in both modes (never with the
     halves); the group formats only in deterministic mode and only those of
-    PREDECODE_FORMATS (all three since session 22), each from its DET_PREDECODE_MIN_M rows."""
+    PREDECODE_FORMATS (all three since session 22), from det_predecode_min_m's rows."""
     monkeypatch.setattr(fp8_block_a16_mgpu, "num_sms", lambda: 132)
     for n, k in ((8192, 8192), (57344, 8192), (4096, 14336), (6144, 4096)):
         for det in (False, True):
@@ -775,14 +776,19 @@ def test_launch_params_predecode_from_predecode_min_m_rows(monkeypatch):
             assert det.get("predecode", False) == (fmt in PREDECODE_FORMATS), (fmt, det)
             assert "wgmma_halves" not in det or fmt not in PREDECODE_FORMATS
             assert "predecode" not in group_launch_params(PREDECODE_MIN_M, n, k, False, fmt=fmt)
-            # each format from its own DET_PREDECODE_MIN_M rows (MX: 2048 since session 23)
-            lo = DET_PREDECODE_MIN_M[fmt]
+            # from DET_PREDECODE_MIN_M rows; e2m1 codes read as words from PREDECODE_MIN_M
+            # (session 24)
+            lo = det_predecode_min_m(fmt, n, k)
+            assert lo == (PREDECODE_MIN_M if reads_words(fmt, n, k) else DET_PREDECODE_MIN_M)
             assert group_launch_params(lo, n, k, False, deterministic=True,
                                        fmt=fmt).get("predecode"), fmt
             assert "predecode" not in group_launch_params(lo - 1, n, k, False,
                                                           deterministic=True, fmt=fmt), fmt
     assert PREDECODE_FORMATS == ("nvfp4", "mxfp4", "mxfp8")
-    assert DET_PREDECODE_MIN_M == {"nvfp4": PREDECODE_MIN_M, "mxfp4": 2048, "mxfp8": 2048}
+    assert DET_PREDECODE_MIN_M == 2048
+    # both kinds of shape met above: NVFP4 words on 57344x8192, bytes on 6144x4096; MXFP8 none
+    assert reads_words("nvfp4", 57344, 8192) and not reads_words("nvfp4", 6144, 4096)
+    assert not reads_words("mxfp8", 57344, 8192)
     # K-blocks that do not split into the parts keep one range
     assert "k_parts" not in launch_params(PREDECODE_MIN_M, 256, 384, False)
 

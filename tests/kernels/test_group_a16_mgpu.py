@@ -365,13 +365,14 @@ def test_gpu_word_loads_match_the_reference(rng, fmt, m, n, k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4_a16", "mxfp4_a16", "mxfp8_a16"])
-@pytest.mark.parametrize("n,k", [(8192, 8192), (24576, 7168)])
+@pytest.mark.parametrize("n,k", [(8192, 8192), (24576, 7168), (6144, 4096)])
 def test_gpu_dispatcher_deterministic_rows_with_bf16_x(rng, fmt, n, k):
     """bf16 activations (one part: the Mosaic kernel at every M in deterministic mode, words
     and 4 K-blocks a step at M <= 16 on 8192x8192 and 24576x7168 -- there in steps across
     the ends of K parts of 7 blocks, one block a step at M=64 and 300; codes predecoded from
-    DET_PREDECODE_MIN_M rows, MX 2048, NVFP4 4096): rows computed alone equal the same
-    rows inside M in {2, 7, 64, 300, 2048, 4096}, bitwise."""
+    det_predecode_min_m's rows: 2048, or 4096 for NVFP4's words on the first two shapes and
+    MXFP4's on the second): rows computed alone equal the same rows inside M in
+    {2, 7, 64, 300, 2048, 4096}, bitwise."""
     from invariance import assert_rows_batch_invariant
     from jqlin import formats, qweight
     w = rng.standard_normal((n, k)) * np.exp(0.5 * rng.standard_normal((n, 1))) * 0.05
