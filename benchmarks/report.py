@@ -174,6 +174,7 @@ CURRENT = (
     ("h200_fp4_grid_dequant_s21.json", None), ("h200_fp4_grid_asm_s22.json", None),
     ("h200_fp4_grid_rowfinish_s22.json", None), ("h200_fp8_grid_decode_s23.json", None),
     ("h200_fp4_grid_det_predecode_m2048_s23.json", None),
+    ("h200_fp8_grid_dense_decode_s24.json", None), ("h200_fp4_grid_m2048_s24.json", None),
 )
 
 
@@ -469,6 +470,20 @@ def main() -> int:
          "y written by the kernel, 11 shapes (call 3: figures of record)"),
         ("h200_fp8_grid_widen_m1024_m16384_s20.json", "The same at M=1024 and 16384 "
          "(deterministic mode for fp8_block_a16 only), 11 shapes (call 5)"),
+        ("h200_fp8_grid_dense_decode_s24.json", "FP8 formats through the dispatcher at "
+         "M=2/4/8, both modes, 11 shapes, after session 24's dense path for W8A16 whole-K "
+         "scales at M=2-8 (call 4: figures of record)"),
+        ("h200_fp8_sweep_a16_small_m_s24.json", "W8A16 whole-K scales at M=1-512: the "
+         "dispatcher (Mosaic kernel) beside one XLA dot of the converted codes "
+         "(`reduce_bfloat16`), 11 shapes, same run (session 24 call 3)"),
+        ("h200_fp8_sweep_a16_m1_s24.json", "The same at M=1-8 on 4 shapes, with the XLA "
+         "reference and the float32 formulation beside (session 24 call 2)"),
+        ("h200_fp4_grid_m2048_s24.json", "NVFP4 / MXFP4 / MXFP8 (weight-only and W+A) in both "
+         "modes at M=2048 after session 24's predecode rule (from 2048 rows except e2m1 "
+         "words), 11 shapes (call 2: figures of record)"),
+        ("h200_fp4_det_other_decode_m2048_s24.json", "Deterministic mode at M=2048: the "
+         "dispatcher's decode beside the other (`var[mgpu-det-other-decode]`), 11 shapes, "
+         "two passes in one process (session 24 call 1)"),
         ("h200_fp8_grid_decode_s23.json", "FP8 formats through the dispatcher at M=1 and 16, "
          "both modes where deterministic differs, 11 shapes (session 23 call 2: a re-measure "
          "of the decode figures with the current kernels; figures of record)"),

@@ -310,6 +310,19 @@ def _path_op(fmt: str, path: str) -> bench.Op:
                     xla_gemm_min_m=0 if path == "dense" else None)
 
 
+def _reduce_op(fmt: str, dtype) -> bench.Op:
+    """W8A16 with whole-K scales as one XLA dot of the codes converted to `dtype` (no widening
+    pass: XLA fuses the convert into its M=1 multiply-reduce), the scale on the float32 sum --
+    the dense path's formula as the XLA reference runs it at M=1."""
+    def fn(x, qw):
+        y = jax.lax.dot_general(x.astype(dtype), qw.data.astype(dtype), (((1,), (1,)), ((), ())),
+                                precision=jax.lax.Precision.HIGHEST,
+                                preferred_element_type=jnp.float32)
+        s = qw.scale.reshape(1, -1) if qw.scale.size > 1 else qw.scale.reshape(())
+        return (y * s).astype(x.dtype)
+    return bench.Op(f"reduce_{jnp.dtype(dtype).name}", fmt, "default", fn)
+
+
 # the paths each fp8 format can take at mid M (fp8_paths.fp8_path)
 MID_M_PATHS = {"fp8_per_tensor_a16": ("mgpu", "dense"), "fp8_per_channel_a16": ("mgpu", "dense"),
                "fp8_block_a16": ("mgpu",), "fp8_per_tensor": ("pallas", "dense"),
@@ -628,6 +641,32 @@ def main(argv=None) -> int:
             run_saved((model, k, n), (4,) if args.tiny else (8, 16, 32, 64), [bench.bf16_op()] + [
                 op for fmt in ("fp8_per_tensor", "fp8_ptpc")
                 for op in (bench.kernel_op("pallas_fp8_w8a8", fmt), _path_op(fmt, "dense"))])
+    if "a16_m1" in parts:  # W8A16 whole-K scales at M = 1-8: the kernel or an XLA reduction (s24)
+        # why: every decode grid since session 7 ran the XLA reference (float32 dequantization,
+        # one dot) faster than the Mosaic kernel at M=1 on 4096x4096 (0.86-0.91 of its time)
+        # and 4096x6144 (0.93-0.98), not at M=16 (6-8x slower) nor on larger weights.
+        # Prediction: XLA's fused multiply-reduce ahead at M=1 on weights <= 4096x6144 only;
+        # at M >= 2 XLA leaves the reduction for a GEMM and loses
+        for model, k, n in ([("tiny", 512, 256)] if args.tiny else [
+                ("llama3-8b", 4096, 4096), ("llama3-8b", 4096, 6144), ("llama3-8b", 14336, 4096),
+                ("llama3-70b", 8192, 8192)]):
+            run_saved((model, k, n), (1, 2) if args.tiny else (1, 2, 4, 8), [bench.bf16_op()] + [
+                op for fmt in ("fp8_per_tensor_a16", "fp8_per_channel_a16")
+                for op in (bench.kernel_op("pallas_fp8_w8a16", fmt), bench.kernel_op("xla", fmt),
+                           _reduce_op(fmt, jnp.float32), _reduce_op(fmt, jnp.bfloat16))])
+    if "a16_small_m" in parts:  # the same over 11 shapes and M = 1-512 (session 24, call 3)
+        # why: call 2 (a16_m1) ran XLA's bf16 dot of the converted codes (reduce_bfloat16: the
+        # dense path's formula without the widening pass, XLA fusing the convert into its
+        # GEMM) at 0.78-0.97 of the Mosaic kernel's time at M = 2-8 on all 4 shapes, at M=1
+        # 0.93-1.00 on the two smallest only. Prediction: it stays ahead to M ~ 64 where its
+        # GEMM tiles are still one weight pass, and on the larger weights by less
+        for model, k, n in ([("tiny", 512, 256)] if args.tiny else [
+                (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]):
+            run_saved((model, k, n), (1, 2) if args.tiny else (1, 2, 4, 8, 16, 32, 64, 128, 256,
+                                                               512), [bench.bf16_op()] + [
+                op for fmt in ("fp8_per_tensor_a16", "fp8_per_channel_a16")
+                for op in (bench.kernel_op("pallas_fp8_w8a16", fmt),
+                           _reduce_op(fmt, jnp.bfloat16))])
     if "mid_m_a16" in parts:  # W8A16 whole-K scales: mgpu or dense at 512-1024 (session 19)
         # call 1: equal on 8192x8192 (within its ~5% run-to-run), dense 1.2-1.4x at M=768 on
         # 4096x4096 (mgpu's 6 x tiles x 32 weight tiles = 1.45 waves of 132 SMs); mgpu ahead

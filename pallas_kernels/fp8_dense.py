@@ -1,5 +1,6 @@
-"""Large-M default-mode path of the fp8 kernels with whole-K scales: XLA's own GEMM on the exact
-stored operands, then the scales on the float32 result.
+"""Default-mode path of the fp8 kernels with whole-K scales where XLA's own GEMM wins (prefill
+sizes; weight-only also M = 2-8, fp8_paths): XLA's GEMM on the exact stored operands, then the
+scales on the float32 result.
 
 At prefill sizes the Triton kernels lose to XLA's GEMMs (session 3-4 grids, H200: fp8 x fp8
 per-tensor / per-token 1.02-1.10x bf16 against 1.6-1.8x for XLA's e4m3 x e4m3 dot; W8A16 0.62-0.66x,
@@ -24,10 +25,16 @@ from jax import lax
 
 from .fp8_widen import WIDEN_COLS, WIDEN_ROWS, widen_e4m3
 
-__all__ = ["fp8_dense_matmul", "widens"]
+__all__ = ["fp8_dense_matmul", "widens", "FUSED_CONVERT_MAX_M"]
 
 F32 = jnp.float32
 _DIMS = (((1,), (1,)), ((), ()))
+# Up to this M XLA fuses the codes' conversion into its own GEMM (a Triton fusion reading e4m3),
+# so the weight-only product reads one byte a weight and the widening pass would only add one:
+# H200, session 24 (sweep_fp8.py --parts a16_small_m, 11 shapes, same run): without the pass
+# the dense path ran 1.43-1.94x bf16 at M = 2-8 (fp8_paths.DENSE_A16_DECODE_M). From prefill
+# sizes XLA's GEMM is cuBLAS, which reads no e4m3: there the pass pays (widens).
+FUSED_CONVERT_MAX_M = 8
 
 
 def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: jax.Array,
@@ -41,7 +48,8 @@ def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_sc
     if x_scale_kind not in ("none", "tensor", "row") or w_scale_kind not in ("tensor", "channel"):
         raise ValueError(f"the dense fp8 path needs whole-K scales, got x {x_scale_kind!r}, "
                          f"w {w_scale_kind!r}")
-    b = w if x.dtype == jnp.dtype(jnp.float8_e4m3fn) else _widened(w, x.dtype, interpret)
+    b = (w if x.dtype == jnp.dtype(jnp.float8_e4m3fn) else
+         _widened(w, x.dtype, interpret, x.shape[0]))
     y = lax.dot_general(x, b, _DIMS, precision=lax.Precision.HIGHEST, preferred_element_type=F32)
     if x_scale_kind == "tensor":
         y = y * x_scale[0, 0]
@@ -51,17 +59,18 @@ def fp8_dense_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_sc
     return y.astype(out_dtype)
 
 
-def widens(n: int, k: int, dtype) -> bool:
-    """Whether an (n, k) e4m3 weight beside activations of dtype goes through fp8_widen's pass
-    (16-bit activations, the pass's tiles fitting the weight) rather than XLA's astype."""
+def widens(n: int, k: int, dtype, m: int) -> bool:
+    """Whether an (n, k) e4m3 weight beside m rows of activations of dtype goes through
+    fp8_widen's pass (16-bit activations, more than FUSED_CONVERT_MAX_M rows, the pass's tiles
+    fitting the weight) rather than XLA's astype."""
     return (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-            and n % WIDEN_ROWS == 0 and k % WIDEN_COLS[-1] == 0)
+            and m > FUSED_CONVERT_MAX_M and n % WIDEN_ROWS == 0 and k % WIDEN_COLS[-1] == 0)
 
 
-def _widened(w: jax.Array, dtype, interpret: bool) -> jax.Array:
+def _widened(w: jax.Array, dtype, interpret: bool, m: int) -> jax.Array:
     """w's values in the activations' dtype (exact): fp8_widen's pass where `widens` (H200,
     session 20: 50-53 us against XLA's convert's 81 for an 8192 x 8192 weight, bitwise the
-    same), else XLA's astype."""
-    if widens(*w.shape, dtype):
+    same), else XLA's astype (fused into XLA's GEMM up to FUSED_CONVERT_MAX_M rows)."""
+    if widens(*w.shape, dtype, m):
         return widen_e4m3(w, dtype, interpret=interpret)
     return w.astype(dtype)

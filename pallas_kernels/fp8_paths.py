@@ -20,7 +20,7 @@ from .fp8_block_a16_mgpu import mid_m_fills
 from .mgpu_common import BLOCK
 
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "W8A8_DENSE_MIN_M", "MGPU_MIN_M",
-           "MGPU_A16_MIN_M", "PATHS"]
+           "MGPU_A16_MIN_M", "DENSE_A16_DECODE_M", "PATHS"]
 
 PATHS = ("pallas", "dense", "mgpu")
 # From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md).
@@ -41,6 +41,15 @@ MGPU_MIN_M = 256
 # (session 9: the Triton gemv ran 1.37-1.63x at M=1, the Mosaic kernel 1.39-2.04x with
 # channel scales, 11 shapes).
 MGPU_A16_MIN_M = {"block": 1, "channel": 1, "tensor": 1}
+# ... except at these M, where weight-only with whole-K scales takes the dense path instead: XLA
+# fuses the codes' conversion into its own GEMM there (fp8_dense.FUSED_CONVERT_MAX_M). H200,
+# session 24 (sweep_fp8.py --parts a16_small_m, 11 shapes, same run), dense / Mosaic time,
+# per-channel (per-tensor): M=2 0.80-0.99 (0.82-1.00), geomean 0.91 (0.92); M=4 0.80-0.99
+# (0.82-1.00), 0.91 (0.90); M=8 0.84-1.05 (0.86-1.04), 0.95 (0.95) -- 1.56-1.64x bf16 ->
+# 1.71-1.76x (geomean). At M=1 it gains on 4096x4096 only (0.93-0.95), is even on 4096x6144 and
+# 4096x28672 and behind on the rest (1.03-1.95: XLA's M=1 product is a reduction, not that
+# GEMM); from M=16 it is even (geomean 1.01-1.04), from 128 behind (1.04-1.18).
+DENSE_A16_DECODE_M = (2, 8)
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:
@@ -59,7 +68,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
     BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales only where
-    its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills), else 'dense'; else 'pallas'.
+    its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills) and M is outside
+    DENSE_A16_DECODE_M, else 'dense'; else 'pallas'.
     deterministic: 'mgpu' for that weight-only case at every M, else 'pallas'."""
     if path is not None:
         if path not in PATHS:
@@ -79,6 +89,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "pallas"
     if a16_mgpu and whole_k and not mid_m_fills(m, n):
         return "dense"  # (MID_M_MIN_FILL: the Mosaic launch would leave its last wave part-empty)
+    if a16_mgpu and whole_k and DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:
+        return "dense"
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"
     if a16_mgpu and m >= MGPU_A16_MIN_M[w_scale_kind]:

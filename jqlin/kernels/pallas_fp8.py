@@ -10,12 +10,14 @@ Activations of the W8A8 kernels are quantized here, before the kernel, by the sa
 `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
 reference's codes bit for bit whatever producer rule (CT / ModelOpt / vLLM) the key names.
 
-In default mode from M = 1024 (prefill), weights with per-tensor / per-channel scales (and
-activations with per-tensor / per-token ones) take pallas_kernels.fp8_dense instead: one XLA GEMM
-of the stored codes (cuBLASLt e4m3 x e4m3, or activations x exact bf16 codes), float32
-accumulation at HIGHEST precision, the scales on the float32 result -- the same function,
-measured faster there; `describe_config` reports the path. Deterministic mode always runs the
-Triton kernel (its K order does not depend on M); block scales always do.
+In default mode, weights with per-tensor / per-channel scales (and activations with per-tensor /
+per-token ones) take pallas_kernels.fp8_dense where it measured faster (fp8_paths): one XLA GEMM
+of the stored codes (cuBLASLt e4m3 x e4m3, or activations x exact 16-bit codes), float32
+accumulation at HIGHEST precision, the scales on the float32 result -- the same function.
+Weight-only at M = 2-8 (XLA converts the codes inside its own GEMM there), at mid M where the
+Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128. `describe_config` reports the path. Deterministic mode never takes it (the
+GEMM's summation order follows M): weight-only with 16-bit x runs the Mosaic GPU kernel's
+M-free schedule, the rest the Triton kernels'.
 """
 
 from __future__ import annotations
@@ -125,8 +127,9 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                     interpret=interpret, n=n, k=k, x_dtype=x_dtype)
     if path == "dense":
         widened = ("; the e4m3 weight widened to the activations' dtype by one Pallas pass "
-                   "first (fp8_widen, exact)" if kernel == W8A16.name and widens(n, k, x_dtype)
-                   else "")
+                   "first (fp8_widen, exact)" if kernel == W8A16.name and widens(n, k, x_dtype, m)
+                   else "; the e4m3 weight converted by XLA, inside its GEMM at decode sizes"
+                   if kernel == W8A16.name else "")
         return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result"
                         f"{widened})"}
     if path == "mgpu":
@@ -155,8 +158,8 @@ W8A16 = register_kernel(Kernel(
     description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
                 "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
                 "for decode; deterministic mode too, its K order fixed by K); otherwise Triton "
-                "(split-K / narrow N tiles, gemv at M=1); default mode at M >= 1024 with "
-                "tensor/channel scales: one XLA GEMM of the exact codes",
+                "(split-K / narrow N tiles, gemv at M=1); default mode at M = 2-8 and M >= 1024 "
+                "with tensor/channel scales: one XLA GEMM of the exact codes",
     **HOPPER_PALLAS,
 ))
 

@@ -267,14 +267,18 @@ def test_k_parts_validation():
         MatmulConfig(1, 64, 128, variant="gemv", k_parts=2)
 
 
-@pytest.mark.parametrize("x_kind,w_kind,n", [("none", "channel", 136), ("none", "channel", 144),
-                                              ("none", "tensor", 144), ("row", "channel", 136),
-                                              ("tensor", "tensor", 136)])
-def test_dense_path_matches_float64(rng, x_kind, w_kind, n):
-    """fp8_dense (default mode, M >= 1024, whole-K scales): one XLA GEMM of the stored codes,
-    the scales on the float32 result; bf16 activations' weights widened by fp8_widen's pass
-    where its 16-row tiles fit N (144), by astype where not (136) -- the same values."""
-    m, k = 1030, 384
+@pytest.mark.parametrize("x_kind,w_kind,n,m", [
+    ("none", "channel", 136, 1030), ("none", "channel", 144, 1030), ("none", "tensor", 144, 1030),
+    ("row", "channel", 136, 1030), ("tensor", "tensor", 136, 1030), ("none", "channel", 144, 3),
+    ("none", "tensor", 144, 8)])
+def test_dense_path_matches_float64(rng, x_kind, w_kind, n, m):
+    """fp8_dense (default mode, whole-K scales: M >= 1024, weight-only also M = 2-8): one XLA
+    GEMM of the stored codes, the scales on the float32 result; bf16 activations' weights
+    widened by fp8_widen's pass where its 16-row tiles fit N (144) and M is past
+    FUSED_CONVERT_MAX_M, by astype where not (136; M=3, 8: XLA's GEMM converts them itself) --
+    the same values."""
+    from pallas_kernels.fp8_dense import FUSED_CONVERT_MAX_M
+    k = 384
     cfg = MatmulConfig(16, 64, 128)  # resolved but unused: the path is XLA's GEMM
     x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
     w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
@@ -290,7 +294,7 @@ def test_dense_path_matches_float64(rng, x_kind, w_kind, n):
         return fp8_matmul(*a, x_scale_kind=x_kind, w_scale_kind=w_kind, config=cfg,
                           out_dtype=jnp.float32, path="dense", interpret=True)
     widened = "widen_e4m3" in str(jax.make_jaxpr(run)(x, xs, w, ws))
-    assert widened == (x_kind == "none" and n % 16 == 0)
+    assert widened == (x_kind == "none" and n % 16 == 0 and m > FUSED_CONVERT_MAX_M)
     y = jax.jit(run)(x, xs, w, ws)
     ref, bound = _kernel_reference(x, xs, w, ws, x_kind, w_kind)
     assert_close(y, ref.astype(np.float32), bound, CPU_ACC_RTOL)
@@ -319,6 +323,17 @@ def test_paths_are_chosen_only_in_default_mode():
     assert a16(1, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
     assert a16(1, **shape) == "mgpu"  # the kernel reads the stored scales
     assert a16(1, w_scale_kind="tensor", **shape) == "mgpu"
+    # ... but M = 2-8 with whole-K scales: the dense path, where XLA converts the codes inside
+    # its GEMM (no widening pass up to FUSED_CONVERT_MAX_M rows); block scales keep the kernel
+    from pallas_kernels.fp8_dense import FUSED_CONVERT_MAX_M, widens
+    from pallas_kernels.fp8_paths import DENSE_A16_DECODE_M
+    lo, hi = DENSE_A16_DECODE_M
+    assert (lo, hi) == (2, 8) and hi <= FUSED_CONVERT_MAX_M
+    for kind in ("channel", "tensor"):
+        assert [a16(m, w_scale_kind=kind, **shape) for m in (1, lo, hi, hi + 1, 16)] == [
+            "mgpu", "dense", "dense", "mgpu", "mgpu"]
+    assert {a16(m, w_scale_kind="block", **shape) for m in (lo, hi)} == {"mgpu"}
+    assert not widens(256, 384, jnp.bfloat16, hi) and widens(256, 384, jnp.bfloat16, 1024)
     assert a16(1, w_scale_kind="block", **{**shape, "interpret": False}) == (
         "mgpu" if mosaic_wgmma_ok(False) else "pallas")
     assert a16(512, w_scale_kind="block", **{**shape, "x_dtype": jnp.float32}) == "pallas"

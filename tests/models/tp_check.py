@@ -252,9 +252,10 @@ if __name__ == "__main__":
         check(os.path.join(fixtures, "ct_mxfp8"), "megatron", n)
         check(os.path.join(fixtures, "ct_mxfp8"), "column", n)
         check(os.path.join(fixtures, "modelopt_nvfp4"), "column", n)
-    if "column" in only:
+    if "column" in only:  # (on CPU every kernel is the XLA one: the sharding, not the
+        # Pallas heuristics, is what is checked, at a smaller layer)
         for fmt in ("fp8_per_channel_a16", "fp8_block", "nvfp4_a16", "mxfp8"):
-            check_layer_bitwise(fmt, n)
+            check_layer_bitwise(fmt, n, *([] if gpu else [(1536, 1024)]))
     if "column" in only and gpu:
         for fmt in ("fp8_block", "fp8_block_a16"):
             check_prefill_column(fmt, n)
