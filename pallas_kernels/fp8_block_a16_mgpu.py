@@ -1,7 +1,8 @@
 """FP8 weight-only (W8A16: e4m3 weights with 128x128 block, per-channel or per-tensor scales,
 bf16/f16 activations) on Mosaic GPU -- the default-mode path of `pallas_fp8_w8a16` on sm_90 for
-16-bit activations (pallas_kernels.fp8_paths): at every M below the dense path's (which takes
-whole-K scales from M=1024); in deterministic mode at every M. H200, 11 shapes (NOTES.md,
+16-bit activations (pallas_kernels.fp8_paths): at every M where the dense path does not run
+(whole-K scales take it at M = 2-8, at mid M where this launch's waves would run part-empty, and
+from M=1024); in deterministic mode at every M. H200, 11 shapes (NOTES.md,
 sessions 6-10): fp8_block_a16 1.73x bf16 at M=1 and 1.64x at M=16 (geomean; 1.21-1.97x,
 session 10), 0.73-0.77x at M=256 to 1024, where the Triton kernel ran 0.83x / 0.81x and
 0.45x / 0.42x.

@@ -169,7 +169,7 @@ W8A8 = register_kernel(Kernel(
     honours=((_W_TC, _A_TENSOR_TOKEN),),
     description="Pallas/Triton FP8 x FP8 MMA, per-tensor/channel weights x per-tensor/token "
                 "activations (quantized by the reference rule in a fused XLA pre-pass); default "
-                "mode at M >= 1024: XLA's e4m3 x e4m3 GEMM (cuBLASLt), scales on the f32 result",
+                "mode from M = 128: XLA's e4m3 x e4m3 GEMM (cuBLASLt), scales on the f32 result",
     **HOPPER_PALLAS,
 ))
 
