@@ -27,7 +27,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     rowfinish (NVFP4's finish in the CTAs beside XLA's, and on predecoded codes reloaded,
     M = 1024 / 4096), detpredecodemid (deterministic launches predecoded below
     PREDECODE_MIN_M, M = 1024 / 2048), detother2048 (deterministic mode's other decode than
-    the dispatcher's at M = 2048, 11 shapes),
+    the dispatcher's at M = 2048, 11 shapes), smallmdense (weight-only at M = 1-16: the
+    Mosaic kernel beside the dense path with XLA's dequantization and with the Pallas pass),
     kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
 """
 
@@ -604,6 +605,32 @@ def det_other_decode_ops(k: int, n: int) -> list[bench.Op]:
                        ("nvfp4_a16", "mxfp4_a16", "mxfp8_a16"))
 
 
+def _dense_xla_dequant_op(fmt: str) -> bench.Op:
+    """The format's dense path (exact bf16 dequantization, one XLA dot) with XLA's
+    dequantization instead of group_dequant's pass, at any M: XLA may fuse it into its GEMM."""
+    from pallas_kernels.mx_dense import xla_dequantization
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):  # (thread-local override, traced within: see _xla_dequant_op)
+        with xla_dequantization():
+            return apply(x, qw, qw.spec, interpret=interpret, path="dense")
+    return bench.Op("var[dense-xla-dequant]", fmt, "default", fn)
+
+
+def small_m_dense_ops(k: int, n: int) -> list[bench.Op]:
+    """The weight-only formats at M = 1-16: the dispatcher (the Mosaic kernel) beside the dense
+    path with XLA's dequantization and with the Pallas pass. Why: session 24 found XLA fusing
+    e4m3 -> bf16 into its own GEMM at M = 2-8, 0.80-1.05x the Mosaic W8A16 kernel's time on 11
+    shapes (fp8_paths.DENSE_A16_DECODE_M). Prediction: MXFP8 (a convert and a power-of-two
+    multiply) fuses the same way and wins at M = 2-8; the e2m1 formats' unpacking may not fuse
+    (then 3-6x slower); the Pallas pass loses at every small M (a 2-byte write a weight)."""
+    del k, n
+    ops = [bench.bf16_op()]
+    for fmt in ("mxfp8_a16", "mxfp4_a16", "nvfp4_a16"):
+        ops += [_auto(fmt), _dense_xla_dequant_op(fmt), _variant(fmt, "dense", path="dense")]
+    return ops
+
+
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:
     """The group decode's wgmma_halves (session 16, prepared; run the GPU test
     test_gpu_group_wgmma_halves_give_the_same_bits first) beside deterministic mode's launch.
@@ -748,6 +775,8 @@ def main(argv=None) -> int:
             plan.append((DEQUANT_SHAPES, (1024, 4096), row_finish_ops))
         elif part == "detpredecodemid":  # predecoded below PREDECODE_MIN_M (session 22)
             plan.append((DEQUANT_SHAPES, (1024, 2048), det_predecode_mid_ops))
+        elif part == "smallmdense":  # weight-only at M = 1-16: kernel vs dense paths (s24)
+            plan.append((DECODE_SHAPES, (1, 2, 4, 8, 16), small_m_dense_ops))
         elif part == "detother2048":  # the other deterministic decode, 11 shapes (s24)
             plan.append((DECODE_SHAPES, (2048,), det_other_decode_ops))
         elif part == "kparts":  # default mode's ranges as in-CTA parts at 128-row tiles
