@@ -29,11 +29,11 @@ __all__ = ["fp8_dense_matmul", "widens", "FUSED_CONVERT_MAX_M"]
 
 F32 = jnp.float32
 _DIMS = (((1,), (1,)), ((), ()))
-# Up to this M XLA fuses the codes' conversion into its own GEMM (a Triton fusion reading e4m3),
-# so the weight-only product reads one byte a weight and the widening pass would only add one:
-# H200, session 24 (sweep_fp8.py --parts a16_small_m, 11 shapes, same run): without the pass
-# the dense path ran 1.43-1.94x bf16 at M = 2-8 (fp8_paths.DENSE_A16_DECODE_M). From prefill
-# sizes XLA's GEMM is cuBLAS, which reads no e4m3: there the pass pays (widens).
+# Up to this M XLA fuses the codes' conversion into its own GEMM, which then reads one byte a
+# weight, and the widening pass would only add a pass: H200, session 24 (sweep_fp8.py --parts
+# a16_small_m, 11 shapes, same run), without the pass the dense path ran 1.43-1.94x bf16 at
+# M = 2-8 (fp8_paths.DENSE_A16_DECODE_M). At prefill sizes XLA converted in a pass of its own
+# (81 us on 8192x8192, session 20): there the widening pass pays (widens).
 FUSED_CONVERT_MAX_M = 8
 
 
