@@ -903,10 +903,24 @@ def det_params(m: int, n: int, k: int, sms: int, compute_wgs: int = 2,
                 k_splits=1, k_parts=parts, compute_wgs=compute_wgs, **grouped)
 
 
+# The weights decoded to bf16 by one pass first (fp8_widen for e4m3 weights since session 20,
+# XLA's dequantization for the group formats), wgmma reading them from shared memory
+# (predecode), from this many rows of x on, in both modes -- bitwise the converted weights'
+# sums (test_gpu_predecoded_weights_give_the_same_bits), so M may choose it. At prefill sizes
+# the kernel converts each weight tile once per x tile (32 times at M=4096) inside its
+# MMA-bound loop; the pass moves ~3 bytes a weight once. H200, session 17 (sweep_fp8.py
+# --parts predecode,predecode_m, fp8_block_a16, same runs), time with / without: default
+# mode's launch M=1024 1.06-1.27 (11 shapes), 2048 1.01-1.11 (6), 4096 0.86-0.99 (11),
+# 16384 0.84-0.93 (6); deterministic mode's M=4096 0.76-1.05 (N > 16384: 0.76-0.80; the
+# parked launches of N <= 16384, two pipeline stages of bf16 tiles: 0.92-1.05), 16384
+# 0.77-0.96.
+PREDECODE_MIN_M = 4096
+
+
 def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUParams,
                   deterministic: bool = False, compute_wgs: int = 2, w_bits: float = 8,
-                  halves: bool = True, predecode: bool = True,
-                  predecode_min_m: int | None = None) -> dict:
+                  halves: bool = True,
+                  predecode_min_m: int | None = PREDECODE_MIN_M) -> dict:
     """The dispatcher's settings: registers as wgmma's A operand on a GPU (session 6: 1.3-1.6x
     the shared-memory variant; the interpreter runs only the latter); deterministic mode:
     det_params; else up to SPLIT_MAX_M rows decode_params' x tiles (small below 128 rows) and
@@ -915,11 +929,11 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     M=1 and 16: -1 to +4% for fp8 weights, +7-15% for a 4-bit stream; at 128-row tiles only
     one stage of two blocks fits: 0.37x). compute_wgs: warpgroups per CTA for the tile count
     (the dispatcher: 2). halves: whether the weights' decode takes wgmma_halves where
-    halves_pay says (group_a16_mgpu: not for e2m1 codes). predecode: whether it takes the
-    predecoded weights from PREDECODE_MIN_M rows on (then never the halves: they are a
-    register conversion; group_a16_mgpu: the formats of PREDECODE_FORMATS), a CTA holding both
-    groups then reloading the first's sum up to RELOAD_MAX_K, else storing it (groups_sum);
-    default mode's one K range then runs as PREFILL_K_PARTS in-CTA parts."""
+    halves_pay says (group_a16_mgpu: not for e2m1 codes). predecode_min_m: from how many rows
+    it takes the predecoded weights (None: never; group_a16_mgpu: det_predecode_min_m for the
+    formats of PREDECODE_FORMATS) -- then never the halves (a register conversion), a CTA
+    holding both groups then reloading the first's sum up to RELOAD_MAX_K, else storing it
+    (groups_sum); default mode's one K range then runs as PREFILL_K_PARTS in-CTA parts."""
     if deterministic:
         small = det_params(m, n, k, num_sms(), compute_wgs, min_x_tile=(
             DET_MIN_X_TILE if interpret else DET_GPU_MIN_X_TILE), narrow=not interpret,
@@ -927,7 +941,7 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     else:
         small = decode_params(m, n, k, num_sms(), compute_wgs) if m <= SPLIT_MAX_M else {}
     small = with_two_block_steps(small, n, k)
-    if predecode and m >= (PREDECODE_MIN_M if predecode_min_m is None else predecode_min_m):
+    if predecode_min_m is not None and m >= predecode_min_m:
         small = {**small, "predecode": True}
         if (not deterministic and "k_parts" not in small
                 and (k // BLOCK) % PREFILL_K_PARTS == 0):  # (PREFILL_K_PARTS)
@@ -941,18 +955,6 @@ def launch_params(m: int, n: int, k: int, interpret: bool | plgpu.InterpretGPUPa
     return dict(a_in_registers=not interpret, **small)
 
 
-# The weights decoded to bf16 by one pass first (fp8_widen for e4m3 weights since session 20,
-# XLA's dequantization for the group formats), wgmma reading them from shared memory
-# (predecode), from this many rows of x on, in both modes -- bitwise the converted weights'
-# sums (test_gpu_predecoded_weights_give_the_same_bits), so M may choose it. At prefill sizes
-# the kernel converts each weight tile once per x tile (32 times at M=4096) inside its
-# MMA-bound loop; the pass moves ~3 bytes a weight once. H200, session 17 (sweep_fp8.py
-# --parts predecode,predecode_m, fp8_block_a16, same runs), time with / without: default
-# mode's launch M=1024 1.06-1.27 (11 shapes), 2048 1.01-1.11 (6), 4096 0.86-0.99 (11),
-# 16384 0.84-0.93 (6); deterministic mode's M=4096 0.76-1.05 (N > 16384: 0.76-0.80; the
-# parked launches of N <= 16384, two pipeline stages of bf16 tiles: 0.92-1.05), 16384
-# 0.77-0.96.
-PREDECODE_MIN_M = 4096
 # Default mode's predecoded launches run their one K range as this many in-CTA parts (each
 # part from zero, the parts added in order: another rounding than one range's, so default
 # mode's bits at M >= PREDECODE_MIN_M change; it is not batch-invariant anyway). Why it pays

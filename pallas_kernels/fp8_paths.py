@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .fp8_block_a16_mgpu import mid_m_fills
+from .fp8_dense import FUSED_CONVERT_MAX_M
 from .mgpu_common import BLOCK
 
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "W8A8_DENSE_MIN_M", "MGPU_MIN_M",
@@ -49,7 +50,7 @@ MGPU_A16_MIN_M = {"block": 1, "channel": 1, "tensor": 1}
 # 1.71-1.76x (geomean). At M=1 it gains on 4096x4096 only (0.93-0.95), is even on 4096x6144 and
 # 4096x28672 and behind on the rest (1.03-1.95: XLA's M=1 product is a reduction, not that
 # GEMM); from M=16 it is even (geomean 1.01-1.04), from 128 behind (1.04-1.18).
-DENSE_A16_DECODE_M = (2, 8)
+DENSE_A16_DECODE_M = (2, FUSED_CONVERT_MAX_M)
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:

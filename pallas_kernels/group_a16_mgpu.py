@@ -145,7 +145,7 @@ def group_launch_params(m: int, n: int, k: int, interpret: bool,
         predecode = deterministic and fmt in PREDECODE_FORMATS
     p = launch_params(m, n, k, interpret, deterministic=deterministic,
                       w_bits=FORMATS[fmt].bits, halves=FORMATS[fmt].elem == "e4m3",
-                      predecode=predecode, predecode_min_m=det_predecode_min_m(fmt, n, k))
+                      predecode_min_m=det_predecode_min_m(fmt, n, k) if predecode else None)
     if reads_words(fmt, n, k):
         p["a_load"] = "words"
     if (FORMATS[fmt].elem != "e2m1" or p.get("block_m", BLOCK) > 16

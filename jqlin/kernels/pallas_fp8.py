@@ -126,12 +126,13 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic,
                     interpret=interpret, n=n, k=k, x_dtype=x_dtype)
     if path == "dense":
-        widened = ("; the e4m3 weight widened to the activations' dtype by one Pallas pass "
-                   "first (fp8_widen, exact)" if kernel == W8A16.name and widens(n, k, x_dtype, m)
-                   else "; the e4m3 weight converted by XLA, inside its GEMM at decode sizes"
-                   if kernel == W8A16.name else "")
+        weight = ""  # (fp8 x fp8: the codes as they are)
+        if kernel == W8A16.name:
+            weight = ("; the e4m3 weight widened to the activations' dtype by one Pallas pass "
+                      "first (fp8_widen, exact)" if widens(n, k, x_dtype, m) else
+                      "; the e4m3 weight converted by XLA, inside its GEMM at decode sizes")
         return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result"
-                        f"{widened})"}
+                        f"{weight})"}
     if path == "mgpu":
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
