@@ -6,6 +6,15 @@ import zlib
 import jax
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
+
+# Pallas' Mosaic GPU interpreter runs each wgmma as numpy's matmul (OpenBLAS). Threaded, OpenBLAS
+# summed a wider x tile's products in another order than a narrow one's on a 2-core AVX2 CPU
+# (1 ulp on 9 of 256 outputs of the fixed-K-order rows test), so the interpreter's bits would
+# depend on the x tile -- on the machine, not on the kernel. One BLAS thread: an order that
+# does not depend on the tile. (Set for subprocesses too.)
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+threadpool_limits(1, user_api="blas")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tests/oracle.py
