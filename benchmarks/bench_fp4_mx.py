@@ -627,8 +627,17 @@ def small_m_dense_ops(k: int, n: int) -> list[bench.Op]:
     del k, n
     ops = [bench.bf16_op()]
     for fmt in ("mxfp8_a16", "mxfp4_a16", "nvfp4_a16"):
-        ops += [_auto(fmt), _dense_xla_dequant_op(fmt), _variant(fmt, "dense", path="dense")]
+        ops += [_auto(fmt), _dense_xla_dequant_op(fmt), _variant(fmt, "dense", path="dense"),
+                _two_rows(_dense_xla_dequant_op(fmt))]
     return ops
+
+
+def _two_rows(op: bench.Op) -> bench.Op:
+    """op at M=1 on x with a zero row appended, row 0 kept: XLA's M=1 product is a reduction,
+    its M=2 one a GEMM (session 24 for e4m3; sweep_fp8.py --parts a16_m1pad)."""
+    def fn(x, qw):
+        return op.fn(jnp.pad(x, ((0, 1), (0, 0))), qw)[:1]
+    return dataclasses.replace(op, name=op.name[:-1] + "-2rows]", fn=fn, max_m=1)
 
 
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:

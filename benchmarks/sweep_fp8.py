@@ -146,6 +146,7 @@ def _tag(cfg: C) -> str:
     t += f"/u{cfg.k_unroll}" if cfg.k_unroll != 1 else ""
     t += "" if cfg.fp8_mma else "/bf16mma"
     t += f"/g{cfg.group_m}" if cfg.group_m != 8 else ""
+    t += "/fc" if cfg.fast_convert else ""
     return t + (f"/p{cfg.promote_k}" if cfg.promote_k else "")
 
 
@@ -321,6 +322,21 @@ def _reduce_op(fmt: str, dtype) -> bench.Op:
         s = qw.scale.reshape(1, -1) if qw.scale.size > 1 else qw.scale.reshape(())
         return (y * s).astype(x.dtype)
     return bench.Op(f"reduce_{jnp.dtype(dtype).name}", fmt, "default", fn)
+
+
+def _padded_dense_op(fmt: str, how: str) -> bench.Op:
+    """W8A16 whole-K scales at M=1 as the dense path on x made two rows ('zeros': a zero row
+    appended, 'repeat': x twice, 'broadcast': x broadcast to two rows), row 0 kept. Why: at M=1 XLA's product is a reduction, from M=2
+    its GEMM with the convert fused (session 24), which ran faster at M=2 than the Mosaic kernel
+    at M=1 on all 11 shapes (h200_fp8_sweep_a16_small_m_s24.json) -- if the extra row is free."""
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        x2 = {"zeros": lambda: jnp.pad(x, ((0, 1), (0, 0))),
+              "repeat": lambda: jnp.concatenate([x, x]),
+              "broadcast": lambda: jnp.broadcast_to(x, (2, x.shape[1]))}[how]()
+        return w8a16_apply(x2, qw, qw.spec, path="dense", interpret=interpret)[:1]
+    return bench.Op(f"pad2_{how}", fmt, "default", fn, max_m=1, xla_gemm_min_m=0)
 
 
 # the paths each fp8 format can take at mid M (fp8_paths.fp8_path)
@@ -667,6 +683,37 @@ def main(argv=None) -> int:
                 op for fmt in ("fp8_per_tensor_a16", "fp8_per_channel_a16")
                 for op in (bench.kernel_op("pallas_fp8_w8a16", fmt),
                            _reduce_op(fmt, jnp.bfloat16))])
+    if "a16_m1pad" in parts:  # W8A16 whole-K scales at M=1: kernel vs dense on 2 rows (s25)
+        # Prediction: the padded dense path runs at M=2's dense time plus < 1 us (a pad XLA
+        # fuses or a tiny kernel): 0.85-0.97 of the Mosaic kernel's time, most on 4096x4096
+        for model, k, n in ([("tiny", 512, 256)] if args.tiny else [
+                (model, k, n) for model, kns in bench.SHAPES.items() for k, n in kns]):
+            run_saved((model, k, n), (1,), [bench.bf16_op()] + [
+                op for fmt in ("fp8_per_tensor_a16", "fp8_per_channel_a16")
+                for op in (bench.kernel_op("pallas_fp8_w8a16", fmt),
+                           _padded_dense_op(fmt, "zeros"), _padded_dense_op(fmt, "repeat"))])
+    if "a16_xla_like" in parts:  # W8A16 at M=1-2: Triton tiles like XLA's fused GEMM's (s25)
+        # why: session 25's breakdown (8 chained products) ran XLA's M=2 GEMM of the converted
+        # codes 6.1 / 18.5 / 22.4 us on 4096x4096 / 8192x8192 / 8192x10240 against the Mosaic
+        # kernel's 7.8 / 20.0 / 23.9 at M=1: a fixed ~1.5 us. XLA's tiles (xla_gemm_config.py):
+        # 8 x rows x 64 weight rows, 4 warps, 3 stages, split-K to ~4 CTAs an SM -- many small
+        # CTAs an SM, whose ramps overlap, where the Mosaic kernel runs one large CTA an SM.
+        # Prediction: this kernel's 16 x 64 tiles at ~4 CTAs an SM come within 5% of XLA's M=2
+        # time at M=1 if the conversion is not its limiter (sessions 2-5: 38-54 us on 8192x8192
+        # with other tiles -- then it is); broadcast x (if XLA keeps it in its GEMM) is XLA's
+        # own kernel at M=1
+        cfgs = [A(16, 64, 128, 4, 3, per_sm=4), A(16, 64, 256, 4, 3, per_sm=4),
+                A(16, 64, 128, 4, 4, per_sm=4), A(16, 64, 128, 4, 3, per_sm=2),
+                A(16, 64, 128, 4, 3, per_sm=4, fast_convert=True),
+                A(16, 64, 128, 4, 3, variant="swap", per_sm=4)]
+        for model, k, n in ([("tiny", 512, 256)] if args.tiny else [
+                ("llama3-8b", 4096, 4096), ("llama3-70b", 8192, 8192),
+                ("llama3-70b", 8192, 10240), ("llama3-8b", 4096, 28672)]):
+            fmt = "fp8_per_channel_a16"
+            run_saved((model, k, n), (1, 2), [bench.bf16_op(), bench.kernel_op(
+                "pallas_fp8_w8a16", fmt), _padded_dense_op(fmt, "broadcast"),
+                _path_op(fmt, "mgpu")] + [_op(fmt, _fill(c, m, n, k, target), m)
+                                          for m in ((1, 2)) for c in cfgs])
     if "mid_m_a16" in parts:  # W8A16 whole-K scales: mgpu or dense at 512-1024 (session 19)
         # call 1: equal on 8192x8192 (within its ~5% run-to-run), dense 1.2-1.4x at M=768 on
         # 4096x4096 (mgpu's 6 x tiles x 32 weight tiles = 1.45 waves of 132 SMs); mgpu ahead

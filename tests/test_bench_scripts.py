@@ -138,3 +138,14 @@ def test_profile_mgpu_decode_and_decode_breakdown_run(tmp_path):
     res = json.loads(out_json.read_text())["results"]
     assert [(r["op"], r["chain"], r.get("note")) for r in res] == [
         ("bf16", 2, "no GPU kernels on CPU"), ("fp8_block_a16", 2, "no GPU kernels on CPU")]
+
+
+def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):
+    """XLA's compiled kernels for W8A16's dense formula at M=1 (and on two rows), M=2: on CPU
+    its own dot emitters, one section each with at least one kernel line."""
+    out = _run(["benchmarks/xla_gemm_config.py", "--shapes", "256x128", "--m", "1,2"], tmp_path)
+    sections = [s for s in out.split("== ") if s.strip()]
+    assert [s.splitlines()[0] for s in sections] == [
+        "dense K=256 N=128 M=1", "two_rows K=256 N=128 M=1", "broadcast_rows K=256 N=128 M=1",
+        "dense K=256 N=128 M=2"], out
+    assert all(len(s.splitlines()) > 1 for s in sections), out
