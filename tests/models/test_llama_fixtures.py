@@ -92,6 +92,25 @@ def _near_midpoints(v: np.ndarray) -> np.ndarray:
     return (a < 448) & (off > 0) & (off <= TIE_ULPS * np.spacing(np.abs(v).astype(np.float32)))
 
 
+def test_near_midpoints_are_a_few_float32_ulps_from_an_e4m3_midpoint():
+    """The allowance above covers only values within TIE_ULPS float32 ulps of a midpoint
+    between two e4m3 codes (normal and subnormal), never a midpoint itself or a value further
+    off -- the values ml_dtypes' own e4m3 rounding flips between its neighbours there."""
+    import ml_dtypes
+    ulp = lambda x: float(np.spacing(np.float32(x)))
+    near = [12.5 + 5 * ulp(12.5), -12.5 - ulp(12.5), 0.328125 + 3 * ulp(0.328125),  # normal
+            3 * 2.0 ** -10 + 2 * ulp(3 * 2.0 ** -10), 336 - 8 * ulp(336)]  # subnormal, top
+    far = [12.5, 12.5 + 9 * ulp(12.5), 12.4, 13.0, 3 * 2.0 ** -10, 440.0, 500.0, 0.0]
+    v = np.array(near + far, np.float32)
+    assert _near_midpoints(v).tolist() == [True] * len(near) + [False] * len(far)
+    # each near value and its mirror across the midpoint round to the two codes either side
+    for x in near:
+        mid = (np.floor(abs(x) / _e4m3_step(abs(x))) + 0.5) * _e4m3_step(abs(x))
+        codes = {float(np.float32(np.copysign(m, x)).astype(ml_dtypes.float8_e4m3fn).astype(
+            np.float32)) for m in (abs(x), 2 * mid - abs(x))}
+        assert len(codes) == 2, (x, codes)
+
+
 def _one_tie_redecided(model, ids, want) -> tuple[float, str]:
     """The smallest relative error of the logits with one near-midpoint e4m3 activation code
     (_near_midpoints, in the order the forward quantizes) rounded the other way."""
