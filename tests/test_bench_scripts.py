@@ -149,3 +149,10 @@ def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):
         "dense K=256 N=128 M=1", "two_rows K=256 N=128 M=1", "broadcast_rows K=256 N=128 M=1",
         "dense K=256 N=128 M=2"], out
     assert all(len(s.splitlines()) > 1 for s in sections), out
+
+
+def test_probe_decode_plain_matches_float64_in_the_interpreter(tmp_path):
+    """The plain-pipeline W8A16 decode probe (session 25): M=1, 3, 16 with 1-4 K ranges within
+    the float64 bound (its --check exits non-zero past it), x rows past M read as zeros."""
+    out = _run(["benchmarks/probe_decode_plain.py", "--check"], tmp_path)
+    assert "decode_plain vs float64: worst |y-ref|/bound" in out, out
