@@ -633,11 +633,10 @@ def small_m_dense_ops(k: int, n: int) -> list[bench.Op]:
 
 
 def _two_rows(op: bench.Op) -> bench.Op:
-    """op at M=1 on x with a zero row appended, row 0 kept: XLA's M=1 product is a reduction,
-    its M=2 one a GEMM (session 24 for e4m3; sweep_fp8.py --parts a16_m1pad)."""
-    def fn(x, qw):
-        return op.fn(jnp.pad(x, ((0, 1), (0, 0))), qw)[:1]
-    return dataclasses.replace(op, name=op.name[:-1] + "-2rows]", fn=fn, max_m=1)
+    """op at M=1 on x with a zero row appended (bench.two_rows; sweep_fp8.py --parts
+    a16_m1pad for e4m3)."""
+    return dataclasses.replace(op, name=op.name[:-1] + "-2rows]", fn=bench.two_rows(op.fn),
+                               max_m=1)
 
 
 def det_group_halves_ops(k: int, n: int) -> list[bench.Op]:

@@ -62,7 +62,7 @@ def decode_plain(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, splits: int,
     tiles = n // WG_ROWS
 
     def body(w_gmem, x_gmem, out_gmem):
-        t = lax_index()
+        t = jax.lax.axis_index("tile")
         tile, split = t % tiles, t // tiles
 
         def scope(out_smem, a_smem):
@@ -104,10 +104,6 @@ def decode_plain(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, splits: int,
     parts = call(w, xp)
     y = parts.sum(0)[:, :m].T * w_scale.reshape(1, n)  # ranges added in K order, then scaled
     return y.astype(x.dtype)
-
-
-def lax_index():
-    return jax.lax.axis_index("tile")
 
 
 def plain_op(fmt: str, per_sm: int, stages: int = 4) -> bench.Op:

@@ -325,18 +325,14 @@ def _reduce_op(fmt: str, dtype) -> bench.Op:
 
 
 def _padded_dense_op(fmt: str, how: str) -> bench.Op:
-    """W8A16 whole-K scales at M=1 as the dense path on x made two rows ('zeros': a zero row
-    appended, 'repeat': x twice, 'broadcast': x broadcast to two rows), row 0 kept. Why: at M=1 XLA's product is a reduction, from M=2
-    its GEMM with the convert fused (session 24), which ran faster at M=2 than the Mosaic kernel
-    at M=1 on all 11 shapes (h200_fp8_sweep_a16_small_m_s24.json) -- if the extra row is free."""
+    """W8A16 whole-K scales at M=1 as the dense path on x made two rows (bench.two_rows: 'zeros'
+    or 'broadcast'). Why: at M=1 XLA's product is a reduction, from M=2 its GEMM with the convert
+    fused (session 24), which ran faster at M=2 than the Mosaic kernel at M=1 on all 11 shapes
+    (h200_fp8_sweep_a16_small_m_s24.json) -- if the extra row is free."""
     interpret = jax.default_backend() == "cpu"
-
-    def fn(x, qw):
-        x2 = {"zeros": lambda: jnp.pad(x, ((0, 1), (0, 0))),
-              "repeat": lambda: jnp.concatenate([x, x]),
-              "broadcast": lambda: jnp.broadcast_to(x, (2, x.shape[1]))}[how]()
-        return w8a16_apply(x2, qw, qw.spec, path="dense", interpret=interpret)[:1]
-    return bench.Op(f"pad2_{how}", fmt, "default", fn, max_m=1, xla_gemm_min_m=0)
+    fn = lambda x, qw: w8a16_apply(x, qw, qw.spec, path="dense", interpret=interpret)  # noqa: E731
+    return bench.Op(f"pad2_{how}", fmt, "default", bench.two_rows(fn, how), max_m=1,
+                    xla_gemm_min_m=0)
 
 
 # the paths each fp8 format can take at mid M (fp8_paths.fp8_path)

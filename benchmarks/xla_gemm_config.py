@@ -16,7 +16,9 @@ import re
 import jax
 import jax.numpy as jnp
 
-_DIMS = (((1,), (1,)), ((), ()))
+from jqlin import bench
+from pallas_kernels.fp8_dense import fp8_dense_matmul
+
 # the lines of the optimized HLO that say which kernel runs: fusions of the dot and GEMM calls
 _KERNEL_LINE = re.compile(r"(kind=k\w+|custom_call_target=|triton_gemm_config|block_m|split_k"
                           r"|__cublas|__triton|reduce\()")
@@ -25,20 +27,13 @@ _CONFIG = re.compile(r'"(?:triton_gemm_config|block_level_fusion_config|gemm_bac
 
 
 def dense_a16(x: jax.Array, w: jax.Array) -> jax.Array:
-    """The dense path's W8A16 formula (fp8_dense at M <= FUSED_CONVERT_MAX_M): XLA's astype."""
-    y = jax.lax.dot_general(x, w.astype(x.dtype), _DIMS, precision=jax.lax.Precision.HIGHEST,
-                            preferred_element_type=jnp.float32)
-    return y.astype(x.dtype)
+    """The dispatcher's dense path for W8A16 (fp8_dense), one per-tensor scale of 1."""
+    return fp8_dense_matmul(x, None, w, jnp.ones((1, 1), jnp.float32), x_scale_kind="none",
+                            w_scale_kind="tensor", out_dtype=x.dtype)
 
 
-def two_rows(x: jax.Array, w: jax.Array) -> jax.Array:
-    """M=1 as two rows (a zero row appended), row 0 kept."""
-    return dense_a16(jnp.pad(x, ((0, 1), (0, 0))), w)[:1]
-
-
-def broadcast_rows(x: jax.Array, w: jax.Array) -> jax.Array:
-    """M=1 as two rows (x broadcast), row 0 kept: does XLA keep the broadcast in its GEMM?"""
-    return dense_a16(jnp.broadcast_to(x, (2, x.shape[1])), w)[:1]
+FORMULATIONS = {"dense": dense_a16, "two_rows": bench.two_rows(dense_a16, "zeros"),
+                "broadcast_rows": bench.two_rows(dense_a16, "broadcast")}
 
 
 def kernel_lines(fn, m: int, k: int, n: int) -> list[str]:
@@ -67,9 +62,9 @@ def main(argv=None) -> int:
     for shape in args.shapes.split(","):
         k, n = map(int, shape.split("x"))
         for m in map(int, args.m.split(",")):
-            cases = [("dense", dense_a16)] + ([("two_rows", two_rows),
-                                                ("broadcast_rows", broadcast_rows)] if m == 1 else [])
-            for name, fn in cases:
+            for name, fn in FORMULATIONS.items():
+                if m > 1 and name != "dense":
+                    continue
                 print(f"== {name} K={k} N={n} M={m}")
                 for ln in kernel_lines(fn, m, k, n):
                     print("  " + ln)

@@ -112,6 +112,21 @@ def kernel_op(kernel: str, fmt: str, deterministic: bool = False, **kw: Any) -> 
               **kw)
 
 
+def two_rows(fn: Callable[[jax.Array, Any], jax.Array], how: str = "zeros"
+             ) -> Callable[[jax.Array, Any], jax.Array]:
+    """fn(x, w) for one row of x run on two ('zeros': a zero row appended -- its own XLA pass;
+    'broadcast': x broadcast, which XLA keeps inside its GEMM), row 0 kept: XLA's one-row
+    product is a reduction, its two-row one a GEMM (benchmarks/NOTES.md, sessions 24-25)."""
+    if how not in ("zeros", "broadcast"):
+        raise ValueError(f"two_rows: how must be 'zeros' or 'broadcast', got {how!r}")
+
+    def run(x, w):
+        x2 = (jnp.pad(x, ((0, 1), (0, 0))) if how == "zeros" else
+              jnp.broadcast_to(x, (2, x.shape[1])))
+        return fn(x2, w)[:1]
+    return run
+
+
 def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("default", "det"),
               xla_ref_max_m: int = 16, baselines: bool = True) -> list[Op]:
     """bf16 + xla_fp8 baselines, then for each format its auto-chosen kernel (or `kernels`)."""

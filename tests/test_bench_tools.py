@@ -1,9 +1,12 @@
 """benchmarks/merge_lanes.py and report.current_records: the glue between device runs and the
-committed results (pure Python, no device)."""
+committed results (pure Python, no device); jqlin.bench's op wrappers the scripts share."""
 
 import json
 import sys
 import pathlib
+
+import numpy as np
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -64,3 +67,19 @@ def test_ncu_summary_keeps_the_filtered_kernels(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("==PROF== nothing profiled\n")
     assert "no ncu CSV header" in ncu_summary.summarize(str(empty))[0]
+
+
+def test_two_rows_runs_one_row_as_two_and_keeps_row_0():
+    import jax.numpy as jnp
+    from jqlin import bench
+    x, w = jnp.arange(6.0).reshape(1, 6), jnp.arange(18.0).reshape(3, 6)
+    seen = []
+
+    def fn(x2, w):
+        seen.append(x2.shape)
+        return x2 @ w.T
+    for how in ("zeros", "broadcast"):
+        np.testing.assert_array_equal(bench.two_rows(fn, how)(x, w), x @ w.T)
+    assert seen == [(2, 6), (2, 6)]
+    with pytest.raises(ValueError, match="how must be"):
+        bench.two_rows(fn, "repeat")

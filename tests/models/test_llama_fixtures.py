@@ -78,37 +78,48 @@ FP8_DYNAMIC = ("fp8_ptpc",)
 TIE_ULPS = 8
 
 
-def _e4m3_step(a: np.ndarray) -> np.ndarray:
-    """The spacing of e4m3 codes around magnitudes a (subnormal from 2**-6 down)."""
-    return 2.0 ** (np.maximum(np.floor(np.log2(np.maximum(a, 2.0 ** -20))), -6) - 3)
+def _e4m3(v) -> np.ndarray:
+    """activations.cast_e4m3 in numpy (clip, round to nearest even)."""
+    import ml_dtypes
+    return np.clip(np.asarray(v, np.float32), -448, 448).astype(ml_dtypes.float8_e4m3fn)
+
+
+def _across_midpoint(v: np.ndarray) -> np.ndarray:
+    """The e4m3 code on the other side of a rounding midpoint that lies within TIE_ULPS float32
+    ulps of v (not exactly on it: round-half-even decides those alike everywhere; |v| < 448),
+    as float64; NaN where there is none."""
+    v = np.asarray(v, np.float32)
+    q8 = _e4m3(v)
+    q, v64 = q8.astype(np.float64), v.astype(np.float64)
+    reach = TIE_ULPS * np.spacing(np.abs(v)).astype(np.float64)
+    other = np.full(v.shape, np.nan)
+    for end in (448, -448):  # the neighbouring codes up and down (e4m3fn has no infinity)
+        side = np.nextafter(q8, np.full(v.shape, end, q8.dtype)).astype(np.float64)
+        off = np.abs(v64 - (q + side) / 2)
+        other = np.where((side != q) & (off > 0) & (off <= reach) & (np.abs(v) < 448), side,
+                         other)
+    return other
 
 
 def _near_midpoints(v: np.ndarray) -> np.ndarray:
-    """Where |v| (not saturating) lies within TIE_ULPS float32 ulps of an e4m3 rounding
-    midpoint, exact midpoints excluded (round-half-even decides those alike everywhere)."""
-    a = np.abs(v.astype(np.float64))
-    step = _e4m3_step(a)
-    off = np.abs(a - (np.floor(a / step) + 0.5) * step)
-    return (a < 448) & (off > 0) & (off <= TIE_ULPS * np.spacing(np.abs(v).astype(np.float32)))
+    """Where v lies within TIE_ULPS float32 ulps of an e4m3 rounding midpoint (_across_midpoint)."""
+    return ~np.isnan(_across_midpoint(v))
 
 
 def test_near_midpoints_are_a_few_float32_ulps_from_an_e4m3_midpoint():
     """The allowance above covers only values within TIE_ULPS float32 ulps of a midpoint
     between two e4m3 codes (normal and subnormal), never a midpoint itself or a value further
     off -- the values ml_dtypes' own e4m3 rounding flips between its neighbours there."""
-    import ml_dtypes
     ulp = lambda x: float(np.spacing(np.float32(x)))
     near = [12.5 + 5 * ulp(12.5), -12.5 - ulp(12.5), 0.328125 + 3 * ulp(0.328125),  # normal
             3 * 2.0 ** -10 + 2 * ulp(3 * 2.0 ** -10), 336 - 8 * ulp(336)]  # subnormal, top
     far = [12.5, 12.5 + 9 * ulp(12.5), 12.4, 13.0, 3 * 2.0 ** -10, 440.0, 500.0, 0.0]
     v = np.array(near + far, np.float32)
     assert _near_midpoints(v).tolist() == [True] * len(near) + [False] * len(far)
-    # each near value and its mirror across the midpoint round to the two codes either side
+    # each near value lies between its own code and the one across the midpoint
     for x in near:
-        mid = (np.floor(abs(x) / _e4m3_step(abs(x))) + 0.5) * _e4m3_step(abs(x))
-        codes = {float(np.float32(np.copysign(m, x)).astype(ml_dtypes.float8_e4m3fn).astype(
-            np.float32)) for m in (abs(x), 2 * mid - abs(x))}
-        assert len(codes) == 2, (x, codes)
+        own, other = float(_e4m3(x).astype(np.float64)), float(_across_midpoint(np.float32(x)))
+        assert min(own, other) < x < max(own, other), (x, own, other)
 
 
 def _one_tie_redecided(model, ids, want) -> tuple[float, str]:
@@ -119,17 +130,12 @@ def _one_tie_redecided(model, ids, want) -> tuple[float, str]:
     from jqlin.numerics import activations
     state = {"target": -1, "seen": 0, "hit": ""}
 
-    def cast(v):  # the cast of activations.cast_e4m3 (clip, round to nearest even), in numpy
-        v = np.asarray(v, np.float32)
-        q = np.clip(v, -448, 448).astype(ml_dtypes.float8_e4m3fn)
-        for i in map(tuple, np.argwhere(_near_midpoints(v))):
+    def cast(v):  # activations.cast_e4m3, one near-midpoint code (the target-th) re-decided
+        q, other = _e4m3(v), _across_midpoint(v)
+        for i in map(tuple, np.argwhere(~np.isnan(other))):
             if state["seen"] == state["target"]:
-                a = abs(float(v[i]))
-                step = float(_e4m3_step(np.float64(a)))
-                lo = np.floor(a / step) * step  # the codes either side of the midpoint
-                other = lo + step if abs(float(q[i].astype(np.float32))) == lo else lo
-                q[i] = np.float32(np.copysign(other, v[i])).astype(ml_dtypes.float8_e4m3fn)
-                state["hit"] = f"{float(v[i]):.8g} -> {float(q[i].astype(np.float32)):g}"
+                q[i] = other[i]
+                state["hit"] = f"{float(v[i]):.8g} -> {other[i]:g}"
             state["seen"] += 1
         return q
 
