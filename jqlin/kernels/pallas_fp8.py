@@ -15,9 +15,10 @@ per-token ones) take pallas_kernels.fp8_dense where it measured faster (fp8_path
 of the stored codes (cuBLASLt e4m3 x e4m3, or activations x exact 16-bit codes), float32
 accumulation at HIGHEST precision, the scales on the float32 result -- the same function.
 Weight-only at M = 2-8 (XLA converts the codes inside its own GEMM there), at mid M where the
-Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128. `describe_config` reports the path. Deterministic mode never takes it (the
-GEMM's summation order follows M): weight-only with 16-bit x runs the Mosaic GPU kernel's
-M-free schedule, the rest the Triton kernels'.
+Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128.
+`describe_config` reports the path. Deterministic mode never takes it (the GEMM's summation
+order follows M): weight-only with 16-bit x runs the Mosaic GPU kernel's M-free schedule, the
+rest the Triton kernels'.
 """
 
 from __future__ import annotations
