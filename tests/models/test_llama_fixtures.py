@@ -61,7 +61,8 @@ def test_logits_match_the_producing_tool(fixtures_dir, name, ref, weight_only, t
     print(f"{name}/{ref} weight_only={weight_only}: relative error {err:.2e}")
     if err >= tol and fmt in FP8_DYNAMIC and not weight_only:
         err, which = _one_tie_redecided(model, ids, want)
-        print(f"  with one near-midpoint e4m3 code decided the other way ({which}): {err:.2e}")
+        print(f"  as one program, at most one near-midpoint e4m3 code decided the other way "
+              f"({which}): {err:.2e}")
     assert err < tol
 
 
@@ -73,8 +74,9 @@ FP8_DYNAMIC = ("fp8_ptpc",)
 # models one such code moves the logits by up to ~1e-2: ct_fp8_dynamic on a 2-core AVX2 CPU
 # took an o_proj input of -12.5000048 (5 ulps past the midpoint) to -13 where the tool took -12,
 # 7.5e-3 on that sequence, 4.6e-4 once re-decided. So where the logits miss the tolerance, the
-# test asks whether deciding one code within TIE_ULPS of a midpoint the other way brings them
-# within it. A wrong rule (scale, rounding, granularity) moves many codes, far from midpoints.
+# test asks whether the same forward in another float32 order (compiled as one program) with
+# no code or one code within TIE_ULPS of a midpoint decided the other way brings them within
+# it. A wrong rule (scale, rounding, granularity) moves many codes, far from midpoints.
 TIE_ULPS = 8
 
 
@@ -123,12 +125,13 @@ def test_near_midpoints_are_a_few_float32_ulps_from_an_e4m3_midpoint():
 
 
 def _one_tie_redecided(model, ids, want) -> tuple[float, str]:
-    """The smallest relative error of the logits with one near-midpoint e4m3 activation code
-    (_near_midpoints, in the order the forward quantizes) rounded the other way."""
+    """The smallest relative error of the forward's logits (compiled as one program) with no or
+    one near-midpoint e4m3 activation code (_near_midpoints, in the order the forward
+    quantizes) rounded the other way, and which."""
     import jax
     import ml_dtypes
     from jqlin.numerics import activations
-    state = {"target": -1, "seen": 0, "hit": ""}
+    state = {"target": -1, "seen": 0, "hit": "none re-decided"}
 
     def cast(v):  # activations.cast_e4m3, one near-midpoint code (the target-th) re-decided
         q, other = _e4m3(v), _across_midpoint(v)
@@ -143,13 +146,20 @@ def _one_tie_redecided(model, ids, want) -> tuple[float, str]:
     activations.cast_e4m3 = lambda x: jax.pure_callback(
         cast, jax.ShapeDtypeStruct(x.shape, np.dtype(ml_dtypes.float8_e4m3fn)), x)
     jax.clear_caches()  # (the forward retraces with the cast above)
+    # The forward compiled as one program, the callback reading `state` at every run: run
+    # eagerly (the model's layers op by op, each kernel its own program) the callbacks once
+    # deadlocked under xdist. One program orders some float32 sums differently from the eager
+    # forward -- the kind of difference this allowance is for -- so it runs with no code
+    # re-decided as well (target -1; ct_fp8_dynamic: 1.8e-4 as one program, 5.2e-3 eagerly).
+    forward = jax.jit(lambda i: model(i))
     try:
-        np.asarray(model(ids))
-        candidates, best = state["seen"], (np.inf, "none near a midpoint")
-        for target in range(candidates):
-            state.update(target=target, seen=0)
-            got = np.asarray(model(ids))
-            best = min(best, (np.linalg.norm(got - want) / np.linalg.norm(want), state["hit"]))
+        np.asarray(forward(ids))
+        candidates, best = state["seen"], (np.inf, "none")
+        for target in range(-1, candidates):
+            state.update(target=target, seen=0, hit="none re-decided")
+            got = np.asarray(forward(ids))
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            best = (err, state["hit"]) if err < best[0] else best  # (ties: the fewer changes)
         return best
     finally:
         activations.cast_e4m3 = original
