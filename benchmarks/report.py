@@ -175,6 +175,7 @@ CURRENT = (
     ("h200_fp4_grid_rowfinish_s22.json", None), ("h200_fp8_grid_decode_s23.json", None),
     ("h200_fp4_grid_det_predecode_m2048_s23.json", None),
     ("h200_fp8_grid_dense_decode_s24.json", None), ("h200_fp4_grid_m2048_s24.json", None),
+    ("h200_fp8_grid_decode_s26.json", None),
 )
 
 
@@ -484,6 +485,20 @@ def main() -> int:
         ("h200_fp4_det_other_decode_m2048_s24.json", "Deterministic mode at M=2048: the "
          "dispatcher's decode beside the other (`var[mgpu-det-other-decode]`), 11 shapes, "
          "two passes in one process (session 24 call 1)"),
+        ("h200_fp8_grid_decode_s26.json", "The three W8A16 formats through the dispatcher at "
+         "M=1 and 16, default mode, 11 shapes: whole-K scales on the plain-pipeline decode "
+         "kernel (fp8_a16_decode_mgpu), fp8_block_a16 the unchanged control (session 26 call "
+         "8; figures of record)"),
+        ("h200_decode_plain_grid_m1_s26.json", "The plain-pipeline decode probe at M=1, K "
+         "ranges x stages, 11 shapes, beside the Mosaic kernel (session 26 call 2; the data "
+         "decode_params' rule was fitted to)"),
+        ("h200_decode_plain_grid_m8_m16_s26.json", "The same at M=8 and 16, 4 shapes (session "
+         "26 call 2)"),
+        ("h200_decode_plain_probe_s26.json", "The probe's first run, per-SM split rule, M=1 "
+         "and 2, 4 shapes (session 26 call 1)"),
+        ("h200_fp8_decode_slab_only_s26.json", "The decode path with float32 slabs only (no "
+         "in-CTA finish), 4 shapes, M=1 and 16 -- clean where the in-CTA finish aborted the "
+         "process (session 26 call 7)"),
         ("h200_fp8_grid_decode_s23.json", "FP8 formats through the dispatcher at M=1 and 16, "
          "both modes where deterministic differs, 11 shapes (session 23 call 2: a re-measure "
          "of the decode figures with the current kernels; figures of record)"),

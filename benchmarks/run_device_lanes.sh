@@ -20,7 +20,7 @@ DEADLINE=${DEADLINE:-560}  # seconds after start by which every step has ended (
 box() { local left=$(( DEADLINE - SECONDS )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 PACK=${OUT:-/tmp/out}; OUT=/tmp/lanes_out; rm -rf "$OUT"; mkdir -p "$PACK" "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (device README)
-FP8_FORMATS=fp8_per_tensor_a16,fp8_per_channel_a16,fp8_block_a16,fp8_per_tensor,fp8_ptpc,fp8_block
+FP8_FORMATS=${FP8_FORMATS:-fp8_per_tensor_a16,fp8_per_channel_a16,fp8_block_a16,fp8_per_tensor,fp8_ptpc,fp8_block}
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 lane() {  # lane <gpus> <steps...>
   local gpus=$1; shift
@@ -45,7 +45,7 @@ lane() {  # lane <gpus> <steps...>
           CUDA_VISIBLE_DEVICES=$gpu timeout "$(box ${T_TESTS:-300})" python3 -m pytest -q -m gpu -n 8 \
           -rf -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} tests/kernels/test_pallas_fp8.py \
           tests/kernels/test_pallas_fp4_gpu.py tests/kernels/test_fp8_block_mgpu.py \
-          tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_group_a16_mgpu.py \
+          tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_fp8_a16_decode_mgpu.py tests/kernels/test_group_a16_mgpu.py \
           tests/kernels/test_fp8_widen.py tests/kernels/test_group_dequant.py \
           tests/test_dispatch.py 2>&1 | tail -40
         echo "pytest rc=${PIPESTATUS[0]}";;

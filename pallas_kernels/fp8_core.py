@@ -41,6 +41,7 @@ from jax.experimental.pallas import triton as pltriton
 from .common import MatmulConfig, cdiv
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
 from .fp8_block_mgpu import launch_params as _w8a8_launch
+from .fp8_a16_decode_mgpu import fp8_a16_decode_mgpu
 from .fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
 from .fp8_block_a16_mgpu import launch_params as _w8a16_launch
 from .fp8_dense import fp8_dense_matmul
@@ -326,8 +327,9 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     poison_output: test hook -- the kernel writes into a NaN-filled buffer passed in (aliased),
     so any element it fails to write stays NaN.
     path: "pallas" (this kernel), "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
-    scales only) or "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
-    fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128); the last two
+    scales only), "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
+    fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128) or "decode"
+    (fp8_a16_decode_mgpu: weight-only, whole-K weight scales, M <= 16); the last three
     are not batch-invariant (fp8_paths) except weight-only 'mgpu' with deterministic=True.
     config: the 'pallas' path's tiles (None for the other paths).
     deterministic: the 'mgpu' weight-only kernel's M-free schedule (the 'pallas' path's order
@@ -367,6 +369,13 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
         return fp8_dense_matmul(x, x_scale, w, w_scale, x_scale_kind=x_scale_kind,
                                 w_scale_kind=w_scale_kind, out_dtype=out_dtype,
                                 interpret=bool(interpret))
+    if path == "decode":
+        if x_scale_kind != "none" or w_scale_kind not in ("channel", "tensor"):
+            raise ValueError("the decode path runs weight-only with whole-K weight scales: it "
+                             f"needs x_scale_kind 'none' and w_scale_kind 'channel' or 'tensor';"
+                             f" got {x_scale_kind!r} and {w_scale_kind!r}")
+        return fp8_a16_decode_mgpu(x, w, w_scale, scale_kind=w_scale_kind, out_dtype=out_dtype,
+                                   interpret=interpret)
     if path == "mgpu":
         if x_scale_kind == "none":
             return fp8_block_a16_matmul_mgpu(x, w, w_scale, scale_kind=w_scale_kind,
@@ -381,7 +390,7 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
                                      interpret=interpret,
                                      **mgpu_launch_params(False, m, n, k, interpret))
     if path != "pallas":
-        raise ValueError(f"path must be 'pallas', 'dense' or 'mgpu', got {path!r}")
+        raise ValueError(f"path must be 'pallas', 'dense', 'mgpu' or 'decode', got {path!r}")
     if not isinstance(config, MatmulConfig):
         raise ValueError(f"the 'pallas' path needs a MatmulConfig, got config={config!r}")
     sps = validate_config(config, k=k, per_block=per_block, m=m, x_fp8=fp8_x)

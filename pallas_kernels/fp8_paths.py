@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .fp8_a16_decode_mgpu import DECODE_MAX_M, decode_fits
 from .fp8_block_a16_mgpu import mid_m_fills
 from .fp8_dense import FUSED_CONVERT_MAX_M
 from .mgpu_common import BLOCK
@@ -23,7 +24,7 @@ from .mgpu_common import BLOCK
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "W8A8_DENSE_MIN_M", "MGPU_MIN_M",
            "MGPU_A16_MIN_M", "DENSE_A16_DECODE_M", "PATHS"]
 
-PATHS = ("pallas", "dense", "mgpu")
+PATHS = ("pallas", "dense", "mgpu", "decode")
 # From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md).
 # Whole-K scales: 1.16-1.36x bf16 vs the Triton kernel's 1.01-1.11x (fp8 x fp8, 8192^2).
 DENSE_MIN_M = 1024
@@ -51,6 +52,11 @@ MGPU_A16_MIN_M = {"block": 1, "channel": 1, "tensor": 1}
 # 4096x28672 and behind on the rest (1.03-1.95: XLA's M=1 product is a reduction, not that
 # GEMM); from M=16 it is even (geomean 1.01-1.04), from 128 behind (1.04-1.18).
 DENSE_A16_DECODE_M = (2, FUSED_CONVERT_MAX_M)
+# Weight-only with whole-K scales at the other M up to DECODE_MAX_M (1 and 9-16) takes the
+# plain-pipeline decode kernel (fp8_a16_decode_mgpu: several CTAs an SM). H200, session 26
+# (probe_decode_plain.py, same runs): at M=1 1.58-1.98x bf16 where the Mosaic kernel ran
+# 1.34-1.97x (11 shapes), at M=16 1.43-1.91x vs 1.21-1.75x (4 shapes); at M=8 even with the
+# dense path (0.97-1.05), which keeps M=2-8.
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:
@@ -70,7 +76,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
     BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales only where
     its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills) and M is outside
-    DENSE_A16_DECODE_M, else 'dense'; else 'pallas'.
+    DENSE_A16_DECODE_M, else 'dense', and below that at M <= DECODE_MAX_M outside
+    DENSE_A16_DECODE_M 'decode' (fp8_a16_decode_mgpu); else 'pallas'.
     deterministic: 'mgpu' for that weight-only case at every M, else 'pallas'."""
     if path is not None:
         if path not in PATHS:
@@ -88,6 +95,9 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "dense"
     if not mosaic_wgmma_ok(interpret):
         return "pallas"
+    if a16_mgpu and whole_k and m <= DECODE_MAX_M and decode_fits(m, n, k) and \
+            not DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:
+        return "decode"
     if a16_mgpu and whole_k and not mid_m_fills(m, n):
         return "dense"  # (MID_M_MIN_FILL: the Mosaic launch would leave its last wave part-empty)
     if a16_mgpu and whole_k and DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:

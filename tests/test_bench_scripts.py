@@ -151,6 +151,14 @@ def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):
     assert all(len(s.splitlines()) > 1 for s in sections), out
 
 
+def test_probe_decode_fault_checks_the_decode_kernel_in_the_interpreter(tmp_path):
+    """The decode kernel's stress probe (session 26): each launch within the float64 bound."""
+    out = _run(["benchmarks/probe_decode_fault.py", "--shapes", "512x256", "--m", "1,9",
+                "--iters", "1"], tmp_path)
+    lines = [ln for ln in out.splitlines() if ln.startswith("K=512 N=256")]
+    assert len(lines) == 4 and all(": ok (worst" in ln for ln in lines), out
+
+
 def test_probe_decode_plain_matches_float64_in_the_interpreter(tmp_path):
     """The plain-pipeline W8A16 decode probe (session 25): M=1, 3, 16 with 1-4 K ranges within
     the float64 bound (its --check exits non-zero past it), x rows past M read as zeros."""

@@ -16,7 +16,9 @@ of the stored codes (cuBLASLt e4m3 x e4m3, or activations x exact 16-bit codes),
 accumulation at HIGHEST precision, the scales on the float32 result -- the same function.
 Weight-only at M = 2-8 (XLA converts the codes inside its own GEMM there), at mid M where the
 Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128.
-`describe_config` reports the path. Deterministic mode never takes it (the GEMM's summation
+Weight-only with those scales at M = 1 and 9-16 takes pallas_kernels.fp8_a16_decode_mgpu (a
+plain-pipeline Mosaic GPU kernel, several CTAs an SM). `describe_config` reports the path.
+Deterministic mode never takes it (the GEMM's summation
 order follows M): weight-only with 16-bit x runs the Mosaic GPU kernel's M-free schedule, the
 rest the Triton kernels'.
 """
@@ -30,6 +32,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
+from pallas_kernels.fp8_a16_decode_mgpu import decode_params
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
@@ -134,6 +137,11 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                       "; the e4m3 weight converted by XLA, inside its GEMM at decode sizes")
         return {"path": "dense (one XLA GEMM of the stored codes, scales on the f32 result"
                         f"{weight})"}
+    if path == "decode":
+        splits, stages = decode_params(n, k)
+        return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
+                        f"tiles, several CTAs an SM, splits={splits}, stages={stages}"
+                        f"{', ranges added by XLA' if splits > 1 else ''})"}
     if path == "mgpu":
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
@@ -159,7 +167,9 @@ W8A16 = register_kernel(Kernel(
     honours=((_W_TC, WEIGHT_ONLY), (_W_BLOCK, WEIGHT_ONLY)),
     description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
                 "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
-                "for decode; deterministic mode too, its K order fixed by K); otherwise Triton "
+                "for decode; deterministic mode too, its K order fixed by K), at M = 1 and 9-16 "
+                "with tensor/channel scales a plain-pipeline one of several CTAs an SM; "
+                "otherwise Triton "
                 "(split-K / narrow N tiles, gemv at M=1); default mode at M = 2-8 and M >= 1024 "
                 "with tensor/channel scales: one XLA GEMM of the exact codes",
     **HOPPER_PALLAS,

@@ -321,17 +321,22 @@ def test_paths_are_chosen_only_in_default_mode():
     assert a16(4096, w_scale_kind="block", **shape) == "mgpu"
     assert a16(MGPU_MIN_M, **shape) == "mgpu" and a16(1024, **shape) == "dense"
     assert a16(1, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
-    assert a16(1, **shape) == "mgpu"  # the kernel reads the stored scales
-    assert a16(1, w_scale_kind="tensor", **shape) == "mgpu"
-    # ... but M = 2-8 with whole-K scales: the dense path, where XLA converts the codes inside
-    # its GEMM (no widening pass up to FUSED_CONVERT_MAX_M rows); block scales keep the kernel
+    # whole-K scales at decode: the plain-pipeline kernel (several CTAs an SM) up to
+    # DECODE_MAX_M rows ...
+    from pallas_kernels.fp8_a16_decode_mgpu import DECODE_MAX_M
+    assert a16(1, **shape) == "decode" and a16(1, w_scale_kind="tensor", **shape) == "decode"
+    # ... but M = 2-8: the dense path, where XLA converts the codes inside its GEMM (no
+    # widening pass up to FUSED_CONVERT_MAX_M rows); block scales keep the Mosaic kernel
     from pallas_kernels.fp8_dense import FUSED_CONVERT_MAX_M, widens
     from pallas_kernels.fp8_paths import DENSE_A16_DECODE_M
     lo, hi = DENSE_A16_DECODE_M
     assert (lo, hi) == (2, 8) and hi <= FUSED_CONVERT_MAX_M
     for kind in ("channel", "tensor"):
-        assert [a16(m, w_scale_kind=kind, **shape) for m in (1, lo, hi, hi + 1, 16)] == [
-            "mgpu", "dense", "dense", "mgpu", "mgpu"]
+        assert [a16(m, w_scale_kind=kind, **shape)
+                for m in (1, lo, hi, hi + 1, DECODE_MAX_M, DECODE_MAX_M + 1)] == [
+            "decode", "dense", "dense", "decode", "decode", "mgpu"]
+    assert a16(1, **{**shape, "n": 192}) == "pallas"  # (the Mosaic kernels' N: 128-row tiles)
+    assert {a16(m, w_scale_kind="block", **shape) for m in (1, 9, 16)} == {"mgpu"}
     assert {a16(m, w_scale_kind="block", **shape) for m in (lo, hi)} == {"mgpu"}
     assert not widens(256, 384, jnp.bfloat16, hi) and widens(256, 384, jnp.bfloat16, 1024)
     assert a16(1, w_scale_kind="block", **{**shape, "interpret": False}) == (
@@ -377,6 +382,23 @@ def test_whole_k_weight_only_leaves_the_mosaic_kernel_where_its_waves_run_part_e
         assert a16(SPLIT_MAX_M, 128, kind) == "mgpu"  # decode launches fill with K ranges
     assert a16(768, 4096, "block") == "mgpu"  # block scales: no dense path
     assert a16(768, 4096, det=True) == "mgpu"
+
+
+@pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_per_tensor_a16"])
+@pytest.mark.parametrize("m", [1, 11])
+def test_dispatch_runs_the_decode_kernel_at_decode_sizes(rng, fmt, m):
+    """jqlin.matmul with the W8A16 kernel at M=1 and 11 (CPU: forced kernel, interpreted) on a
+    128-multiple weight takes the plain-pipeline decode path, says so, and agrees with the XLA
+    reference of the same spec."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    x, qw = _operands(rng, fmt, m, 256, 512, jnp.bfloat16)
+    path = describe_config("pallas_fp8_w8a16", m, qw, qw.spec, x.dtype, False)["path"]
+    assert path.startswith("decode (Mosaic GPU plain-pipeline") and "splits=" in path, path
+    assert describe_config("pallas_fp8_w8a16", m, qw, qw.spec, x.dtype, True)["path"].startswith(
+        "mgpu")  # deterministic mode keeps its M-free kernel
+    y = dispatch.matmul(x, qw, kernel="pallas_fp8_w8a16")
+    assert y.shape == (m, 256) and y.dtype == x.dtype
+    assert_close(y, dispatch.matmul(x, qw, kernel="xla"), _abs_bound(x, qw), CPU_ACC_RTOL)
 
 
 def test_dispatch_runs_the_dense_path_at_prefill_sizes(rng):

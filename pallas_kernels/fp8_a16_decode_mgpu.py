@@ -1,0 +1,176 @@
+"""FP8 weight-only decode (W8A16 at M <= 16, whole-K scales) on Mosaic GPU's plain pipeline:
+the default-mode 'decode' path of `pallas_fp8_w8a16` on sm_90 (pallas_kernels.fp8_paths).
+
+Why a second W8A16 kernel: fp8_block_a16_mgpu's warp-specialized pipeline uses setmaxnreg, so
+ptxas launches it at the register cap -- one CTA an SM by construction -- and each SM's ramp and
+tail are the decode's fixed cost (H200, session 25: 1.5 us over XLA's split-K GEMM on the same
+bytes, which runs ~4 small CTAs an SM). Here a CTA is one warpgroup of 64 weight rows on
+plgpu.emit_pipeline (no setmaxnreg: ptxas allocates what the kernel uses, 85-91 registers, so
+RESIDENT_CTAS of them share an SM and their ramps overlap), K cut into `splits` ranges.
+H200, session 26 (benchmarks/probe_decode_plain.py, 11 shapes, same run): at M=1 1.58-1.98x
+bf16 with decode_params' choice where fp8_block_a16_mgpu ran 1.34-1.97x; at M=16 1.43-1.91x
+where it ran 1.21-1.75x (4 shapes).
+
+Swap-AB, as fp8_block_a16_mgpu: the weight tile (64 rows, 128 K) is wgmma's A operand,
+converted e4m3 -> x's dtype in registers (exact: every e4m3 value is a bf16 and an f16), x^T
+its B operand (8 or 16 rows). Numerics per output (m, n): one float32 wgmma chain over a K
+range from zero, written as a float32 slab of y^T; XLA adds the ranges' slabs in K order,
+multiplies by the weight's scale (per channel or per tensor) and rounds once to x's dtype.
+
+Not done in the CTA: with one range, applying the scale and writing y through a transposed
+staging slot (as fp8_block_a16_mgpu's out_t) measured the same on its own but faulted the
+device (CUDA_ERROR_LAUNCH_FAILED) on 4096 x 28672 at M=1 when run beside the other W8A16
+kernels in one benchmark process, twice in three runs, never with the slab (H200, session 26,
+NOTES.md); compute-sanitizer found nothing in a run of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from .common import current_k_shards
+from .fp8_heuristics import num_sms
+from .launch import sum_device_splits
+from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled
+
+__all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
+           "decode_fits"]
+
+F32 = jnp.float32
+DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
+# CTAs an SM holds at once: 85-91 registers x 128 threads (ptxas, H200, session 26) leave five
+# by registers; four stages of (64 x 128 e4m3 + 16 x 128 bf16) stay under a fifth of its
+# shared memory
+RESIDENT_CTAS = 5
+# decode_params: the fewest K ranges whose launch gives every SM at least two CTAs and fills
+# FILL_MIN of its last round (an SM's, or past RESIDENT_CTAS an SM, the resident slots'); four
+# pipeline stages where fewer than FEW_CTAS CTAs share an SM, else two (bytes in flight an SM).
+# H200, session 26, M=1 (probe_decode_plain.py --grid 1,2,4,8,16:2,4, 11 shapes): the rule's
+# choice was within 0.97 of the best measured (splits, stages) on every shape.
+FILL_MIN = 0.8
+FEW_CTAS = 3
+MAX_STAGES = 4
+
+
+class DecodeParams(NamedTuple):
+    splits: int  # K ranges (one CTA each per 64 weight rows)
+    stages: int  # pipeline stages (TMA copies in flight per CTA)
+
+
+def decode_fits(m: int, n: int, k: int) -> bool:
+    """Whether this kernel takes the problem: M <= DECODE_MAX_M, N a multiple of 64, K of 128."""
+    return 1 <= m <= DECODE_MAX_M and n % WG_ROWS == 0 and k % BLOCK == 0 and k > 0
+
+
+def _fill(ctas: int, sms: int) -> float:
+    """The fraction of the launch's last round its CTAs fill (an SM's up to RESIDENT_CTAS each,
+    then the resident slots')."""
+    unit = sms if ctas <= sms * RESIDENT_CTAS else sms * RESIDENT_CTAS
+    return ctas / (unit * math.ceil(ctas / unit))
+
+
+def decode_params(n: int, k: int, sms: int | None = None) -> DecodeParams:
+    """The K ranges and stages of a launch for an (N, K) weight (M-free: the x tile alone
+    follows M)."""
+    sms = sms or num_sms()
+    tiles, blocks = n // WG_ROWS, k // BLOCK
+    if n % WG_ROWS or k % BLOCK or not blocks:
+        raise ValueError(f"decode_params: N={n} must be a multiple of {WG_ROWS} and K={k} a "
+                         f"positive one of {BLOCK}")
+    candidates = [1]  # then K ranges (powers of two) of at least two whole blocks
+    while blocks % (candidates[-1] * 2) == 0 and blocks // (candidates[-1] * 2) >= 2:
+        candidates.append(candidates[-1] * 2)
+    splits = next((s for s in candidates
+                   if tiles * s > sms and _fill(tiles * s, sms) >= FILL_MIN),
+                  max(candidates, key=lambda s: (_fill(tiles * s, sms), -s)))
+    per_sm = min(tiles * splits / sms, RESIDENT_CTAS)
+    return DecodeParams(splits, MAX_STAGES if per_sm < FEW_CTAS else 2)
+
+
+def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
+                        splits: int | None = None, stages: int | None = None,
+                        out_dtype=None, interpret: bool = False) -> jax.Array:
+    """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
+
+    x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
+    w_scale: float32, (N, 1) (scale_kind "channel") or (1, 1) ("tensor").
+    splits, stages: the launch (None: decode_params'). interpret: Mosaic GPU's interpreter."""
+    m, k = x.shape
+    n = w.shape[0]
+    if scale_kind not in ("channel", "tensor"):
+        raise ValueError(f"fp8_a16_decode_mgpu: scale_kind must be 'channel' or 'tensor' (whole-K"
+                         f" scales), got {scale_kind!r}")
+    if x.dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        raise ValueError(f"fp8_a16_decode_mgpu: x must be bf16 or f16, got {x.dtype}")
+    if w.dtype != jnp.dtype(jnp.float8_e4m3fn) or w.shape != (n, k):
+        raise ValueError(f"fp8_a16_decode_mgpu: w must be ({n}, {k}) float8_e4m3fn, got "
+                         f"{w.dtype}{tuple(w.shape)}")
+    want = (n, 1) if scale_kind == "channel" else (1, 1)
+    if w_scale.shape != want or w_scale.dtype != jnp.dtype(F32):
+        raise ValueError(f"fp8_a16_decode_mgpu: w_scale must be float32 {want} for scale_kind "
+                         f"{scale_kind!r}, got {w_scale.dtype}{tuple(w_scale.shape)}")
+    if not decode_fits(m, n, k):
+        raise ValueError(f"fp8_a16_decode_mgpu: needs 1 <= M <= {DECODE_MAX_M}, N a multiple of "
+                         f"{WG_ROWS} and K of {BLOCK}; got M={m}, N={n}, K={k}")
+    auto = decode_params(n, k)
+    splits, stages = splits or auto.splits, stages or auto.stages
+    if k % (BLOCK * splits):
+        raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
+                         f"{BLOCK}-wide blocks")
+    out_dtype = jnp.dtype(out_dtype or x.dtype)
+    block_m = 8 if m <= 8 else 16
+    # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
+    # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
+    if m > 8 and m % 8:
+        x = jnp.pad(x, ((0, 8 - m % 8), (0, 0)))
+    steps, tiles = k // BLOCK // splits, n // WG_ROWS
+
+    def body(w_gmem, x_gmem, out_gmem):
+        t = lax.axis_index("tile")
+        tile, split = t % tiles, t // tiles
+
+        def accumulate(acc, out_smem, a_smem):
+            def step(_, w_smem, x_smem):
+                a = w_smem[...].astype(F32).astype(x.dtype)
+                if interpret:  # the interpreter's wgmma reads A from shared memory
+                    a_smem[...] = a
+                    plgpu.commit_smem()
+                    a = a_smem
+                plgpu.wgmma(acc, a, x_smem.transpose((1, 0)))
+                plgpu.wgmma_wait(0)
+
+            first = split * steps
+            plgpu.emit_pipeline(
+                step, grid=(steps,), max_concurrent_steps=stages,
+                in_specs=[plgpu.BlockSpec((WG_ROWS, BLOCK), lambda i: (tile, first + i),
+                                          transforms=swizzled(w.dtype)),
+                          plgpu.BlockSpec((block_m, BLOCK), lambda i: (0, first + i),
+                                          transforms=swizzled(x.dtype))])(w_gmem, x_gmem)
+            out_smem[...] = acc[...]
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
+            plgpu.wait_smem_to_gmem(0)
+
+        scratch = ([plgpu.SMEM((WG_ROWS, BLOCK), x.dtype, transforms=swizzled(x.dtype))]
+                   if interpret else [])
+        pl.run_scoped(
+            lambda out_smem, *a: pl.run_scoped(
+                lambda acc: accumulate(acc, out_smem, a[0] if a else None),
+                plgpu.ACC((WG_ROWS, block_m), F32)),
+            plgpu.SMEM((WG_ROWS, block_m), F32), *scratch)
+
+    call = plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((splits, n, block_m), F32), grid=(tiles * splits,),
+        grid_names=("tile",),
+        compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+        interpret=interpret_params(interpret))
+    y = call(w, x)
+    total = sum_device_splits(y, splits, n, block_m)  # ranges (devices') in K order
+    return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)

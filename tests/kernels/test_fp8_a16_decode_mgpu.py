@@ -1,0 +1,133 @@
+"""The plain-pipeline W8A16 decode kernel (pallas_kernels.fp8_a16_decode_mgpu): in Mosaic GPU's
+interpreter (outputs start as NaN) within the float64 bound at M=1..16 with one K range or
+several added by XLA; it lowers for CUDA on CPU; its launch rule and its
+argument checks; on the GPU (marked) the same at real sizes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from float64_bound import assert_within_bound
+from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN, MAX_STAGES,
+                                                RESIDENT_CTAS, _fill, decode_fits,
+                                                decode_params, fp8_a16_decode_mgpu)
+from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
+
+# float32 sums of exact bf16 x bf16(e4m3) products (wgmma), one scale multiply
+ACC_RTOL = 1e-5
+BENCH_SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (8192, 10240),
+                (8192, 8192), (8192, 57344), (28672, 8192), (7168, 24576), (7168, 36864),
+                (18432, 7168)]  # (K, N): jqlin.bench.SHAPES
+
+
+def _operands(rng, m, n, k, dtype, kind):
+    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), dtype)
+    w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.01, 2, (n, 1) if kind == "channel" else (1, 1)), jnp.float32)
+    return x, w, ws
+
+
+def _check(y, x, w, ws):
+    n, k = w.shape
+    wd = np.asarray(w.astype(jnp.float32), np.float64) * np.broadcast_to(
+        np.asarray(ws, np.float64), (n, 1))
+    xd = np.asarray(x.astype(jnp.float32), np.float64)
+    assert y.shape == (x.shape[0], n) and y.dtype == x.dtype
+    assert_within_bound(y, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, ACC_RTOL, x.dtype)
+
+
+@pytest.mark.parametrize("m,n,k,splits,kind,dtype", [
+    (1, 192, 512, 1, "channel", jnp.bfloat16),  # one K range
+    (1, 128, 512, 2, "tensor", jnp.bfloat16),  # K ranges, added by XLA
+    (3, 128, 384, 1, "tensor", jnp.float16),  # three K-blocks, a per-tensor scale broadcast
+    (9, 64, 1024, 4, "channel", jnp.bfloat16),  # x padded to 16 rows
+    (16, 192, 256, 2, "channel", jnp.float16),
+])
+def test_interpreter_matches_float64(rng, m, n, k, splits, kind, dtype):
+    x, w, ws = _operands(rng, m, n, k, dtype, kind)
+    y = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, splits=splits, stages=2,
+                                               interpret=True))(x, w, ws)
+    _check(y, x, w, ws)
+
+
+def test_interpreter_launch_rule_matches_float64(rng):
+    """decode_params' own launch (None: the rule's splits and stages) at M=1."""
+    x, w, ws = _operands(rng, 1, 256, 512, jnp.bfloat16, "channel")
+    _check(fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", interpret=True), x, w, ws)
+
+
+@pytest.mark.parametrize("m,splits", [(1, 1), (1, 4), (16, 1), (11, 2)])
+def test_lowers_for_cuda_on_cpu(m, splits):
+    x = jnp.ones((m, 4096), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((4096, 1), jnp.float32)
+    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind="channel", splits=splits))
+    assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_decode_params_fill_the_sms_with_the_fewest_ranges():
+    """On 132 SMs, for the benchmark's shapes: the K ranges are the fewest (a power of two, two
+    K-blocks each at least) that give every SM more than one CTA and fill FILL_MIN of the last
+    round; four stages where fewer than FEW_CTAS CTAs share an SM, else two."""
+    sms = 132
+    for k, n in BENCH_SHAPES:
+        splits, stages = decode_params(n, k, sms)
+        tiles, blocks = n // WG_ROWS, k // BLOCK
+        ctas = tiles * splits
+        assert blocks % splits == 0 and (splits == 1 or blocks // splits >= 2)
+        assert ctas > sms and _fill(ctas, sms) >= FILL_MIN, (k, n, splits)
+        fewer = [s for s in (1, 2, 4, 8, 16, 32) if s < splits]
+        assert not [s for s in fewer if tiles * s > sms and _fill(tiles * s, sms) >= FILL_MIN]
+        per_sm = min(ctas / sms, RESIDENT_CTAS)
+        assert stages == (MAX_STAGES if per_sm < FEW_CTAS else 2), (k, n)
+    # the last round: an SM's CTAs up to RESIDENT_CTAS each, then the resident slots'
+    assert _fill(448, sms) == 448 / (4 * sms)  # 3.4 an SM, one round
+    assert _fill(896, sms) == 896 / (2 * RESIDENT_CTAS * sms)  # two rounds of the slots
+    # too few blocks for the SMs: the fullest launch
+    assert decode_params(256, 512, sms) == (2, MAX_STAGES)
+    assert decode_params(128, 128, sms) == (1, MAX_STAGES)
+
+
+def test_decode_fits():
+    assert decode_fits(1, 64, 128) and decode_fits(DECODE_MAX_M, 4096, 4096)
+    assert not decode_fits(DECODE_MAX_M + 1, 4096, 4096)
+    assert not decode_fits(1, 96, 4096) and not decode_fits(1, 4096, 200)
+    assert not decode_fits(0, 4096, 4096)
+
+
+def test_rejects_bad_arguments(rng):
+    x, w, ws = _operands(rng, 2, 128, 512, jnp.bfloat16, "channel")
+    call = lambda **kw: fp8_a16_decode_mgpu(**{**dict(x=x, w=w, w_scale=ws,
+                                                      scale_kind="channel"), **kw})
+    with pytest.raises(ValueError, match="scale_kind must be 'channel' or 'tensor'"):
+        call(scale_kind="block")
+    with pytest.raises(ValueError, match="x must be bf16 or f16, got float32"):
+        call(x=x.astype(jnp.float32))
+    with pytest.raises(ValueError, match=r"w must be \(128, 512\) float8_e4m3fn, got bfloat16"):
+        call(w=w.astype(jnp.bfloat16))
+    with pytest.raises(ValueError, match=r"w_scale must be float32 \(1, 1\) for scale_kind "
+                                         r"'tensor', got float32\(128, 1\)"):
+        call(scale_kind="tensor")
+    with pytest.raises(ValueError, match=r"needs 1 <= M <= 16.*got M=17"):
+        call(x=jnp.ones((17, 512), jnp.bfloat16))
+    with pytest.raises(ValueError, match=r"needs .*N a multiple of 64.*N=96"):
+        call(w=w[:96], w_scale=ws[:96])
+    with pytest.raises(ValueError, match="K=512 is not 3 ranges"):
+        call(splits=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "tensor"])
+@pytest.mark.parametrize("k,n", [(4096, 4096), (7168, 24576), (18432, 7168), (8192, 10240)])
+def test_gpu_matches_float64(rng, kind, k, n):
+    """decode_params' launch (one range on 7168 x 24576, else two to four), and one and eight
+    ranges forced, at M=1, 9 (x padded) and 16, within the float64 bound."""
+    for m in (1, 9, 16):
+        x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
+        for splits in (None, 1, 8):
+            y = jax.jit(lambda *a, s=splits: fp8_a16_decode_mgpu(*a, scale_kind=kind,
+                                                                 splits=s))(x, w, ws)
+            _check(y, x, w, ws)
