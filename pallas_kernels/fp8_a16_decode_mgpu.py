@@ -27,7 +27,7 @@ NOTES.md); compute-sanitizer found nothing in a run of its own.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,13 +35,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import current_k_shards
 from .fp8_heuristics import num_sms
 from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
-           "decode_fits"]
+           "decode_fits", "plain_slabs"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -49,8 +48,8 @@ DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
 # by registers; four stages of (64 x 128 e4m3 + 16 x 128 bf16) stay under a fifth of its
 # shared memory
 RESIDENT_CTAS = 5
-# decode_params: the fewest K ranges whose launch gives every SM at least two CTAs and fills
-# FILL_MIN of its last round (an SM's, or past RESIDENT_CTAS an SM, the resident slots'); four
+# decode_params: the fewest K ranges whose launch has more CTAs than SMs and fills FILL_MIN
+# of its last round (an SM's, or past RESIDENT_CTAS an SM, the resident slots'); four
 # pipeline stages where fewer than FEW_CTAS CTAs share an SM, else two (bytes in flight an SM).
 # H200, session 26, M=1 (probe_decode_plain.py --grid 1,2,4,8,16:2,4, 11 shapes): the rule's
 # choice was within 0.97 of the best measured (splits, stages) on every shape.
@@ -125,34 +124,61 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
                          f"{BLOCK}-wide blocks")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
+    y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
+                    a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype))
+    total = sum_device_splits(y, splits, n, y.shape[2])  # ranges (devices') in K order
+    return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)
+
+
+def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
+                stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False
+                ) -> jax.Array:
+    """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
+    sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
+    (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
+    A step is `blocks` K-blocks of 128; a_tile(w_ref, s_ref) -> one K-block's (64, 128) A
+    operand in x's dtype (s_ref: its `c / blocks` scale columns; None without scales).
+    (benchmarks/probe_group_decode_plain.py runs the group formats' decode through it.)"""
+    m, k = x.shape
+    n = w.shape[0]
     block_m = 8 if m <= 8 else 16
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
     if m > 8 and m % 8:
         x = jnp.pad(x, ((0, 8 - m % 8), (0, 0)))
-    steps, tiles = k // BLOCK // splits, n // WG_ROWS
+    step_k = blocks * BLOCK
+    steps, tiles = k // step_k // splits, n // WG_ROWS
+    scale_cols = 0 if scales is None else scales.shape[1] // (k // step_k)
 
-    def body(w_gmem, x_gmem, out_gmem):
+    def body(w_gmem, x_gmem, *refs):
+        out_gmem = refs[-1]
         t = lax.axis_index("tile")
         tile, split = t % tiles, t // tiles
 
         def accumulate(acc, out_smem, a_smem):
-            def step(_, w_smem, x_smem):
-                a = w_smem[...].astype(F32).astype(x.dtype)
-                if interpret:  # the interpreter's wgmma reads A from shared memory
-                    a_smem[...] = a
-                    plgpu.commit_smem()
-                    a = a_smem
-                plgpu.wgmma(acc, a, x_smem.transpose((1, 0)))
-                plgpu.wgmma_wait(0)
+            def step(_, w_smem, x_smem, *s_smem):
+                for j in range(blocks):
+                    cols = pl.ds(j * BLOCK, BLOCK)
+                    s_ref = (s_smem[0].at[:, pl.ds(j * scale_cols // blocks,
+                                                    scale_cols // blocks)] if s_smem else None)
+                    a = a_tile(w_smem if blocks == 1 else w_smem.at[:, cols], s_ref)
+                    if interpret:  # the interpreter's wgmma reads A from shared memory
+                        a_smem[...] = a
+                        plgpu.commit_smem()
+                        a = a_smem
+                    xt = (x_smem if blocks == 1 else x_smem.at[:, cols]).transpose((1, 0))
+                    plgpu.wgmma(acc, a, xt)
+                    plgpu.wgmma_wait(0)
 
             first = split * steps
             plgpu.emit_pipeline(
                 step, grid=(steps,), max_concurrent_steps=stages,
-                in_specs=[plgpu.BlockSpec((WG_ROWS, BLOCK), lambda i: (tile, first + i),
+                in_specs=[plgpu.BlockSpec((WG_ROWS, step_k), lambda i: (tile, first + i),
                                           transforms=swizzled(w.dtype)),
-                          plgpu.BlockSpec((block_m, BLOCK), lambda i: (0, first + i),
-                                          transforms=swizzled(x.dtype))])(w_gmem, x_gmem)
+                          plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i),
+                                          transforms=swizzled(x.dtype))] +
+                ([plgpu.BlockSpec((WG_ROWS, scale_cols), lambda i: (tile, first + i))]
+                 if scales is not None else []))(w_gmem, x_gmem, *refs[:-1])
             out_smem[...] = acc[...]
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
@@ -171,6 +197,4 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         grid_names=("tile",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
         interpret=interpret_params(interpret))
-    y = call(w, x)
-    total = sum_device_splits(y, splits, n, block_m)  # ranges (devices') in K order
-    return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)
+    return call(w, x) if scales is None else call(w, x, scales)

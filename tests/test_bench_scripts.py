@@ -159,8 +159,24 @@ def test_probe_decode_fault_checks_the_decode_kernel_in_the_interpreter(tmp_path
     assert len(lines) == 4 and all(": ok (worst" in ln for ln in lines), out
 
 
-def test_probe_decode_plain_matches_float64_in_the_interpreter(tmp_path):
-    """The plain-pipeline W8A16 decode probe (session 25): M=1, 3, 16 with 1-4 K ranges within
-    the float64 bound (its --check exits non-zero past it), x rows past M read as zeros."""
-    out = _run(["benchmarks/probe_decode_plain.py", "--check"], tmp_path)
-    assert "decode_plain vs float64: worst |y-ref|/bound" in out, out
+def test_probe_decode_plain_times_each_launch_beside_the_dispatcher(tmp_path):
+    """The decode kernel's launch grid (CPU smoke: the interpreter on a tiny shape): a record
+    per (splits, stages) beside bf16 and the dispatcher, none failed."""
+    out_json = tmp_path / "grid.json"
+    _run(["benchmarks/probe_decode_plain.py", "--grid", "1,2:2,4", "--reps", "1", "--out",
+          str(out_json)], tmp_path)
+    recs = json.loads(out_json.read_text())["records"]
+    labels = {r["label"].split(":")[-1] for r in recs}
+    assert labels == {"bf16", "pallas_fp8_w8a16", "plain_k1_st2", "plain_k1_st4",
+                      "plain_k2_st2", "plain_k2_st4"}, labels
+    assert not [r for r in recs if r.get("error")], [r["error"] for r in recs if r.get("error")]
+
+
+def test_probe_group_decode_plain_matches_float64_and_lowers(tmp_path):
+    """The plain-pipeline group decode probe (session 26, prepared for the device): NVFP4, MXFP4
+    and MXFP8 weight-only within the float64 bound in the interpreter (--check exits non-zero
+    past it), and the GPU form -- the register decode's inline PTX -- lowers for CUDA."""
+    out = _run(["benchmarks/probe_group_decode_plain.py", "--check"], tmp_path)
+    assert "group_decode_plain vs float64: worst |y-ref|/bound" in out, out
+    out = _run(["benchmarks/probe_group_decode_plain.py", "--lower"], tmp_path)
+    assert out.count("lowers for CUDA: True") == 3, out

@@ -70,7 +70,7 @@ def test_lowers_for_cuda_on_cpu(m, splits):
 
 def test_decode_params_fill_the_sms_with_the_fewest_ranges():
     """On 132 SMs, for the benchmark's shapes: the K ranges are the fewest (a power of two, two
-    K-blocks each at least) that give every SM more than one CTA and fill FILL_MIN of the last
+    K-blocks each at least) that launch more CTAs than SMs and fill FILL_MIN of the last
     round; four stages where fewer than FEW_CTAS CTAs share an SM, else two."""
     sms = 132
     for k, n in BENCH_SHAPES:
