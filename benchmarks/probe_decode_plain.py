@@ -17,7 +17,6 @@ with it this script's copy of the kernel.
 from __future__ import annotations
 
 import argparse
-import json
 
 import jax
 
@@ -54,12 +53,8 @@ def main(argv=None) -> int:
     splits, stages = (tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
     ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", args.format)] + [
         launch_op(args.format, sp, st) for sp in splits for st in stages]
-    res = bench.run(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
-                    log=print, smoke=cpu)
-    print(bench.format_table(res["records"]), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+    bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
+                         out=args.out, smoke=cpu)
     return 0
 
 

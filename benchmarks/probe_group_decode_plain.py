@@ -25,7 +25,6 @@ FP8 one (+5%) on the small shapes, where the fixed cost dominates. First run:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import jax
@@ -162,12 +161,8 @@ def main(argv=None) -> int:
             "pallas_mxfp4" if spec_name.startswith("mxfp4") else "pallas_mxfp8")
         ops += [bench.kernel_op(kernel, spec_name)] + [
             plain_op(spec_name, sp, st) for sp in splits for st in stages]
-    res = bench.run(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
-                    log=print, smoke=cpu)
-    print(bench.format_table(res["records"]), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+    bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
+                         out=args.out, smoke=cpu)
     return 0
 
 

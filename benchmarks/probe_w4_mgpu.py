@@ -15,7 +15,6 @@ to bf16 `jnp.dot`, today's NVFP4 W4A16 path and the fp8 W8A16 Mosaic path, in on
 from __future__ import annotations
 
 import argparse
-import json
 
 import jax
 import jax.numpy as jnp
@@ -115,11 +114,8 @@ def main(argv=None) -> int:
             if not (g == 4 and w == "bf16") and (a == "wgmma" or w in ("fp8", "int8"))]
     ops += [stream_op(weights, stages=int(s)) for s in args.stages.split(",") if s
             for weights in streams]
-    result = bench.run(bench.parse_shapes(args.shapes), [int(v) for v in args.m.split(",")],
-                       ops, reps=args.reps, smoke=args.smoke)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(bench.format_table(result["records"]))
+    bench.run_and_report(bench.parse_shapes(args.shapes), [int(v) for v in args.m.split(",")],
+                         ops, reps=args.reps, out=args.out, smoke=args.smoke)
     return 0
 
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from . import dispatch, formats, qweight
 
-__all__ = ["SHAPES", "Op", "bf16_op", "xla_fp8_op", "kernel_op", "build_ops", "measure_copy_bandwidth", "run", "add_parser", "main"]
+__all__ = ["SHAPES", "Op", "bf16_op", "xla_fp8_op", "kernel_op", "build_ops", "measure_copy_bandwidth", "run", "run_and_report", "add_parser", "main"]
 
 # (K, N) of the linear layers of each model (K = in_features, N = out_features).
 SHAPES: dict[str, list[tuple[int, int]]] = {
@@ -495,6 +495,19 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
     return result
 
 
+def run_and_report(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int],
+                   ops: Sequence[Op], *, reps: int = 5, out: str = "", smoke: bool = False
+                   ) -> dict:
+    """run(), its table printed, its result written as JSON to `out` (if given): the measuring
+    step of `jqlin bench` and the probe scripts."""
+    res = run(shapes, ms, ops, reps=reps, log=print, smoke=smoke)
+    print(format_table(res["records"]), flush=True)
+    if out:
+        with open(out, "w") as f:
+            json.dump(res, f, indent=1)
+    return res
+
+
 def format_table(records: Sequence[dict]) -> str:
     rows = []
     for r in records:
@@ -557,12 +570,8 @@ def main_from_args(args) -> int:
     kernels = [k for k in args.kernels.split(",") if k] or None
     ops = build_ops(fmts, kernels, modes=tuple(args.modes.split(",")),
                     xla_ref_max_m=args.xla_ref_max_m)
-    res = run(parse_shapes(args.shapes), [int(v) for v in args.m.split(",")], ops,
-              reps=args.reps)
-    print(format_table(res["records"]))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+    run_and_report(parse_shapes(args.shapes), [int(v) for v in args.m.split(",")], ops,
+                   reps=args.reps, out=args.json)
     return 0
 
 

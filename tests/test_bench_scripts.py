@@ -180,3 +180,14 @@ def test_probe_group_decode_plain_matches_float64_and_lowers(tmp_path):
     assert "group_decode_plain vs float64: worst |y-ref|/bound" in out, out
     out = _run(["benchmarks/probe_group_decode_plain.py", "--lower"], tmp_path)
     assert out.count("lowers for CUDA: True") == 3, out
+
+
+def test_jqlin_bench_runs_its_small_grid(tmp_path):
+    """`python -m jqlin bench` (the small benchmark; on CPU a 512x512 smoke of the XLA paths):
+    a table and a JSON record per op, bf16 among them."""
+    out_json = tmp_path / "bench.json"
+    out = _run(["-m", "jqlin", "bench", "--m", "1", "--modes", "default", "--reps", "1",
+                "--json", str(out_json)], tmp_path)
+    recs = json.loads(out_json.read_text())["records"]
+    assert {r["label"] for r in recs} >= {"bf16"} and len(recs) >= 2, recs
+    assert not [r for r in recs if r.get("error")] and "vs bf16" in out, out
