@@ -36,6 +36,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jqlin import bench, qweight
 from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
 from pallas_kernels.fp8_a16_decode_mgpu import plain_slabs
+from pallas_kernels.launch import sum_splits
 from pallas_kernels.mgpu_common import BLOCK, WG_ROWS, RowFinish
 from pallas_kernels.mgpu_group_decode import FORMATS, decode, decode_jnp
 
@@ -70,9 +71,7 @@ def group_decode_plain(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
 
     parts = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                         stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret)
-    total = parts[0]
-    for s in range(1, splits):  # ranges in K order
-        total = total + parts[s]
+    total = sum_splits(parts, splits, n, parts.shape[2])  # ranges in K order
     total = total * f.post_factor if finish is None else finish.xla(total)
     return total.T[:m].astype(x.dtype)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .fp8_a16_decode_mgpu import DECODE_MAX_M, decode_fits
+from .fp8_a16_decode_mgpu import decode_fits
 from .fp8_block_a16_mgpu import mid_m_fills
 from .fp8_dense import FUSED_CONVERT_MAX_M
 from .mgpu_common import BLOCK
@@ -95,13 +95,12 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "dense"
     if not mosaic_wgmma_ok(interpret):
         return "pallas"
-    if a16_mgpu and whole_k and m <= DECODE_MAX_M and decode_fits(m, n, k) and \
-            not DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:
-        return "decode"
     if a16_mgpu and whole_k and not mid_m_fills(m, n):
         return "dense"  # (MID_M_MIN_FILL: the Mosaic launch would leave its last wave part-empty)
     if a16_mgpu and whole_k and DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:
         return "dense"
+    if a16_mgpu and whole_k and decode_fits(m, n, k):  # (M <= DECODE_MAX_M)
+        return "decode"
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"
     if a16_mgpu and m >= MGPU_A16_MIN_M[w_scale_kind]:

@@ -151,14 +151,6 @@ def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):
     assert all(len(s.splitlines()) > 1 for s in sections), out
 
 
-def test_probe_decode_fault_checks_the_decode_kernel_in_the_interpreter(tmp_path):
-    """The decode kernel's stress probe (session 26): each launch within the float64 bound."""
-    out = _run(["benchmarks/probe_decode_fault.py", "--shapes", "512x256", "--m", "1,9",
-                "--iters", "1"], tmp_path)
-    lines = [ln for ln in out.splitlines() if ln.startswith("K=512 N=256")]
-    assert len(lines) == 4 and all(": ok (worst" in ln for ln in lines), out
-
-
 def test_probe_decode_plain_times_each_launch_beside_the_dispatcher(tmp_path):
     """The decode kernel's launch grid (CPU smoke: the interpreter on a tiny shape): a record
     per (splits, stages) beside bf16 and the dispatcher, none failed."""

@@ -18,9 +18,9 @@ Weight-only at M = 2-8 (XLA converts the codes inside its own GEMM there), at mi
 Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128.
 Weight-only with those scales at M = 1 and 9-16 takes pallas_kernels.fp8_a16_decode_mgpu (a
 plain-pipeline Mosaic GPU kernel, several CTAs an SM). `describe_config` reports the path.
-Deterministic mode never takes it (the GEMM's summation
-order follows M): weight-only with 16-bit x runs the Mosaic GPU kernel's M-free schedule, the
-rest the Triton kernels'.
+Deterministic mode takes neither (the dense GEMM's summation order follows M; the decode
+kernel serves M <= 16 only): weight-only with 16-bit x runs the Mosaic GPU kernel's M-free
+schedule, the rest the Triton kernels'.
 """
 
 from __future__ import annotations

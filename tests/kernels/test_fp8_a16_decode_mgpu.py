@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from float64_bound import assert_within_bound
+from jqlin import bench
 from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN, MAX_STAGES,
                                                 RESIDENT_CTAS, _fill, decode_fits,
                                                 decode_params, fp8_a16_decode_mgpu)
@@ -18,9 +19,7 @@ from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
 
 # float32 sums of exact bf16 x bf16(e4m3) products (wgmma), one scale multiply
 ACC_RTOL = 1e-5
-BENCH_SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (8192, 10240),
-                (8192, 8192), (8192, 57344), (28672, 8192), (7168, 24576), (7168, 36864),
-                (18432, 7168)]  # (K, N): jqlin.bench.SHAPES
+BENCH_SHAPES = [kn for shapes in bench.SHAPES.values() for kn in shapes]  # (K, N)
 
 
 def _operands(rng, m, n, k, dtype, kind):
