@@ -175,7 +175,7 @@ CURRENT = (
     ("h200_fp4_grid_rowfinish_s22.json", None), ("h200_fp8_grid_decode_s23.json", None),
     ("h200_fp4_grid_det_predecode_m2048_s23.json", None),
     ("h200_fp8_grid_dense_decode_s24.json", None), ("h200_fp4_grid_m2048_s24.json", None),
-    ("h200_fp8_grid_decode_s26.json", None),
+    ("h200_fp8_grid_decode_s26.json", None), ("h200_fp4_grid_decode_s28.json", None),
 )
 
 
@@ -184,9 +184,19 @@ def _fp4_family(name: str) -> bool:
     return name.startswith(("h200_fp4", "h200_nvfp4"))
 
 
+# ops of a probe run listed in CURRENT for its dispatcher rows (the explicit launches and the
+# replaced kernel stay in its own table, not in the current figures or plots)
+PROBE_OPS = ("plain_", "group_a16_mgpu")
+
+
+def _probe_row(label: str) -> bool:
+    return label.split(":")[-1].startswith(PROBE_OPS)
+
+
 def current_records() -> list[dict]:
     """Records of the committed grids, each tagged with its `source` file; where a later run
-    re-measured a (shape, M, label) -- or, for listed M, a whole M -- its records win."""
+    re-measured a (shape, M, label) -- or, for listed M, a whole M -- its records win. Probe
+    ops (PROBE_OPS) are left out."""
     by_key: dict[tuple, dict] = {}
     for name, ms in CURRENT:
         path = RESULTS / name
@@ -194,7 +204,7 @@ def current_records() -> list[dict]:
             continue
         d = json.loads(path.read_text())
         rows = [dict(r, source=name, copy_bw=d.get("copy_bandwidth_Bps")) for r in d["records"]
-                if ms is None or r["M"] in ms]
+                if (ms is None or r["M"] in ms) and not _probe_row(r["label"])]
         for m in (ms or ()):
             fp4 = _fp4_family(name)  # a re-run replaces its family's rows at that M
             by_key = {k: v for k, v in by_key.items()
@@ -489,6 +499,17 @@ def main() -> int:
          "M=1 and 16, default mode, 11 shapes: whole-K scales on the plain-pipeline decode "
          "kernel (fp8_a16_decode_mgpu), fp8_block_a16 the unchanged control (session 26 call "
          "8; figures of record)"),
+        ("h200_fp4_grid_decode_s28.json", "NVFP4 / MXFP4 weight-only at M=1 and 16 through the "
+         "dispatcher, now the plain-pipeline decode kernel (group_a16_decode_mgpu), beside "
+         "group_a16_mgpu (path='mgpu', the previous default) and one explicit launch, 11 "
+         "shapes, same run (session 28 call 3; figures of record)"),
+        ("h200_group_decode_rule_m1_s28.json", "The plain-pipeline group decode at K ranges "
+         "1-16 (codes read as group_a16_mgpu.reads_words says), M=1, 11 shapes, beside the "
+         "dispatcher of then (group_a16_mgpu) (session 28 call 2; the data group_decode_params "
+         "was fitted to)"),
+        ("h200_group_decode_rule_m16_s28.json", "The same at M=16 (session 28 call 2)"),
+        ("h200_group_decode_words_m1_s28.json", "The plain-pipeline group decode with e2m1 codes "
+         "read as bytes and as 32-bit words, K ranges 2-8, M=1, 11 shapes (session 28 call 1)"),
         ("h200_decode_plain_grid_m1_s26.json", "The plain-pipeline decode probe at M=1, K "
          "ranges x stages, 11 shapes, beside the Mosaic kernel (session 26 call 2; the data "
          "decode_params' rule was fitted to)"),

@@ -499,13 +499,28 @@ def run_and_report(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int],
                    ops: Sequence[Op], *, reps: int = 5, out: str = "", smoke: bool = False
                    ) -> dict:
     """run(), its table printed, its result written as JSON to `out` (if given): the measuring
-    step of `jqlin bench` and the probe scripts."""
-    res = run(shapes, ms, ops, reps=reps, log=print, smoke=smoke)
+    step of `jqlin bench` and the probe scripts. Each record is printed and (with `out`) the
+    records so far written as they come, so that a run cut short by a time limit keeps them."""
+    done: list[dict] = []
+
+    def on_record(rec: dict) -> None:
+        done.append(rec)
+        print(format_table([rec]).splitlines()[1], flush=True)
+        if out:
+            _write_json(out, {"partial": True, "records": done})
+
+    res = run(shapes, ms, ops, reps=reps, log=print, smoke=smoke, on_record=on_record)
     print(format_table(res["records"]), flush=True)
     if out:
-        with open(out, "w") as f:
-            json.dump(res, f, indent=1)
+        _write_json(out, res)
     return res
+
+
+def _write_json(path: str, obj: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
 
 
 def format_table(records: Sequence[dict]) -> str:

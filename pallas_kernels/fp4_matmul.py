@@ -5,7 +5,8 @@
     weight_global_scale) or a multiplier (ModelOpt's weight_scale_2) -- `post`.
   * MXFP4: e8m0 exponent byte per 32 along K; no global scale.
 
-dequant_matmul runs the Mosaic GPU kernel (group_a16_mgpu) instead where mgpu_path says so.
+dequant_matmul runs a Mosaic GPU kernel (group_a16_mgpu, or at decode sizes
+group_a16_decode_mgpu) instead where mgpu_path says so.
 
 W4A16 passes the activation itself (split into exact bf16 parts); W4A4 passes its quantized
 activation, which the caller builds so that it is exact in bf16 (NVFP4: e2m1 code times its e4m3
@@ -18,6 +19,7 @@ import functools
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 
 from .common import MatmulConfig, resolve_config
 from .mx_core import mx_dequant_matmul
@@ -26,7 +28,7 @@ from .mx_heuristics import dequant_heuristic, fit_smem, with_det_block_m
 
 __all__ = ["nvfp4_matmul", "mxfp4_matmul", "dequant_matmul", "resolve_dequant_config",
            "fp4_layout_for", "path_for", "mgpu_path", "NVFP4_KERNEL", "MXFP4_KERNEL",
-           "MGPU_MAX_M", "GROUP_FORMAT"]
+           "MGPU_MAX_M", "GROUP_FORMAT", "DECODE_FORMATS", "decode_refusal"]
 
 NVFP4_KERNEL = "nvfp4_dequant"
 MXFP4_KERNEL = "mxfp4_dequant"
@@ -74,18 +76,37 @@ def path_for(m: int, deterministic: bool, config: MatmulConfig | None, path: str
 # 768, same run), this kernel 0.48-0.77x where its launch fills its waves, dense 0.37-0.67x:
 # this kernel there, dense where it would leave a wave part-empty (mgpu_path).
 MGPU_MAX_M = {"nvfp4": 256, "mxfp4": 256, "mxfp8": 256}
+# ... except up to DECODE_MAX_M (16) for these formats, which default mode runs on the
+# plain-pipeline decode kernel (group_a16_decode_mgpu: several CTAs an SM) where it takes the
+# weight. H200, session 28 (probe_group_decode_plain.py through the dispatcher, 11 shapes, same
+# run, h200_fp4_grid_decode_s28.json), speed over group_a16_mgpu: M=1 NVFP4 1.01-1.17x (geomean
+# 1.09), MXFP4 1.00-1.16x (1.08); M=16 NVFP4 1.02-1.12x (1.08), MXFP4 0.97-1.10x (1.06).
+# MXFP8 not measured on it: it keeps group_a16_mgpu.
+DECODE_FORMATS = ("nvfp4", "mxfp4")
 GROUP_FORMAT = {("e2m1", "e4m3"): "nvfp4", ("e2m1", "e8m0"): "mxfp4", ("e4m3", "e8m0"): "mxfp8"}
+
+
+def decode_refusal(fmt: str, m: int, n: int, k: int, parts: int, x_dtype) -> str | None:
+    """None, or why the plain-pipeline decode kernel (group_a16_decode_mgpu) cannot take this."""
+    from .group_a16_decode_mgpu import DECODE_MAX_M, group_decode_fits, step_blocks
+    if parts != 1 or jnp.dtype(x_dtype) != jnp.dtype(jnp.bfloat16):
+        return "it takes one bf16 activation part"
+    if not group_decode_fits(fmt, m, n, k):
+        return (f"it needs 1 <= M <= {DECODE_MAX_M}, N a multiple of 64 and K of "
+                f"{128 * step_blocks(fmt)}, got M={m}, N={n}, K={k}")
+    return None
 
 
 def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bool,
               config: MatmulConfig | None, path: str | None, interpret: bool) -> str:
-    """path_for's choice, or 'mgpu' (the Mosaic GPU kernel, group_a16_mgpu): explicitly, or on
-    sm_90 for one bf16 activation part and N, K the kernel takes, for the formats of
-    MGPU_MAX_M -- in default mode up to its M, and on to DENSE_MIN_M where its launch fills its
-    waves (fp8_block_a16_mgpu.mid_m_fills; else 'dense' there), in deterministic mode at every
-    M (det_params' K order, a function of K alone; never the Triton kernel for some M and this
-    one for others: their bits differ). The interpreter (CI) keeps the Triton kernel unless
-    asked."""
+    """path_for's choice, 'decode' or 'mgpu' (the Mosaic GPU kernels): explicitly, or on sm_90
+    for one bf16 activation part -- in default mode 'decode' (group_a16_decode_mgpu) for
+    DECODE_FORMATS at the M, N, K it takes; else 'mgpu' (group_a16_mgpu) where N, K suit it,
+    for the formats of MGPU_MAX_M, in default mode up to its M, and on to DENSE_MIN_M where its
+    launch fills its waves (fp8_block_a16_mgpu.mid_m_fills; else 'dense' there), in
+    deterministic mode at every M (det_params' K order, a function of K alone; never the Triton
+    kernel or the decode kernel for some M and this one for others: their bits differ). The
+    interpreter (CI) keeps the Triton kernel unless asked."""
     from .fp8_block_a16_mgpu import mid_m_fills
     from .fp8_paths import mosaic_wgmma_ok
     from .group_a16_mgpu import supports
@@ -94,8 +115,15 @@ def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, determin
         if why:
             raise ValueError(f"path='mgpu' cannot run this {fmt} matmul: {why}")
         return path
-    if (path is None and config is None and not interpret and why is None and fmt in MGPU_MAX_M
-            and mosaic_wgmma_ok(False)):
+    if path == "decode":
+        if why_not := decode_refusal(fmt, m, n, k, parts, x_dtype):
+            raise ValueError(f"path='decode' cannot run this {fmt} matmul: {why_not}")
+        return path
+    auto = path is None and config is None and not interpret
+    if (auto and not deterministic and fmt in DECODE_FORMATS and mosaic_wgmma_ok(False)
+            and decode_refusal(fmt, m, n, k, parts, x_dtype) is None):
+        return "decode"
+    if auto and why is None and fmt in MGPU_MAX_M and mosaic_wgmma_ok(False):
         if deterministic or m <= MGPU_MAX_M[fmt]:
             return "mgpu"
         if m < DENSE_MIN_M:  # (MID_M_MIN_FILL)
@@ -122,6 +150,10 @@ def dequant_matmul(kernel: str, x_parts: Sequence[jax.Array], w: jax.Array,
     path = mgpu_path(fmt, m, w.shape[0], k, len(x_parts), x_parts[0].dtype,
                      deterministic=deterministic, config=config, path=path,
                      interpret=interpret)
+    if path == "decode":
+        from .group_a16_decode_mgpu import group_a16_decode_mgpu
+        return group_a16_decode_mgpu(fmt, x_parts[0], w, w_scale, col_scale, post=post,
+                                     out_dtype=out_dtype, interpret=interpret)
     if path == "mgpu":
         from .group_a16_mgpu import group_a16_matmul_mgpu
         return group_a16_matmul_mgpu(fmt, x_parts[0], w, w_scale, col_scale, post=post,

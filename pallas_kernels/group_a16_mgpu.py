@@ -44,7 +44,7 @@ from .mgpu_relabel import permute_k
 
 __all__ = ["nvfp4_a16_matmul_mgpu", "mxfp4_a16_matmul_mgpu", "mxfp8_a16_matmul_mgpu",
            "group_a16_matmul_mgpu", "group_launch_params", "with_blocks_per_step", "k_multiple",
-           "supports",
+           "supports", "check_operands",
            "FOUR_BLOCK_MIN_TILES", "WORDS_MIN_WEIGHTS", "PREDECODE_FORMATS", "reads_words",
            "det_predecode_min_m",
            "DET_PREDECODE_MIN_M"]
@@ -164,6 +164,38 @@ def with_blocks_per_step(p: dict, n: int, k: int, blocks: int) -> dict:
     return p
 
 
+def check_operands(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
+                   col_scale: jax.Array | None, post: str) -> None:
+    """ValueError naming the argument unless fmt is a group format, x is (M, K), w and w_scale
+    are fmt's codes and scales as stored for that K, and (post, col_scale) fmt's global scale
+    (NVFP4: "div" | "mul" and (N,) float32; MX: "none" and None). Shared by this kernel and
+    group_a16_decode_mgpu."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+    f: Format = FORMATS[fmt]
+    if x.ndim != 2:
+        raise ValueError(f"x must be (M, K), got shape {tuple(x.shape)}")
+    k = x.shape[1]
+    n = w.shape[0]
+    w_want = ((jnp.uint8, (n, k // 2), "packed e2m1") if f.elem == "e2m1" else
+              (jnp.float8_e4m3fn, (n, k), "e4m3"))
+    if w.dtype != jnp.dtype(w_want[0]) or w.shape != w_want[1]:
+        raise ValueError(f"w must be {jnp.dtype(w_want[0])} {w_want[1]} ({w_want[2]}) for x "
+                         f"{tuple(x.shape)}, got {w.dtype} {tuple(w.shape)}")
+    s_dtype = jnp.float8_e4m3fn if f.scale == "e4m3" else jnp.uint8
+    if w_scale.dtype != jnp.dtype(s_dtype) or w_scale.shape != (n, k // f.group):
+        raise ValueError(f"w_scale must be {jnp.dtype(s_dtype)} (N, K/{f.group}) = "
+                         f"{(n, k // f.group)}, got {w_scale.dtype} {tuple(w_scale.shape)}")
+    if fmt == "nvfp4":
+        if post not in ("div", "mul"):
+            raise ValueError(f"post must be 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
+        if col_scale is None or col_scale.shape != (n,):
+            raise ValueError(f"col_scale must be (N,) = ({n},), got "
+                             f"{None if col_scale is None else tuple(col_scale.shape)}")
+    elif post != "none" or col_scale is not None:
+        raise ValueError(f"{fmt} has no global scale: post must be 'none', col_scale None")
+
+
 def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
                           col_scale: jax.Array | None = None, *, post: str = "none",
                           out_dtype=None, deterministic: bool = False, interpret: bool = False,
@@ -186,32 +218,12 @@ def group_a16_matmul_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     on top of group_launch_params' for (M, N, K); any of the partition settings (PARTITION)
     given replaces its partition (unset ones: one x tile of 128 rows, one K range, one part,
     one K-block a step)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+    check_operands(fmt, x, w, w_scale, col_scale, post)
     f: Format = FORMATS[fmt]
-    if x.ndim != 2:
-        raise ValueError(f"x must be (M, K), got shape {tuple(x.shape)}")
     m, k = x.shape
     n = w.shape[0]
     if why := supports(fmt, m, n, k, x.dtype):
         raise ValueError(why)
-    w_want = ((jnp.uint8, (n, k // 2), "packed e2m1") if f.elem == "e2m1" else
-              (jnp.float8_e4m3fn, (n, k), "e4m3"))
-    if w.dtype != jnp.dtype(w_want[0]) or w.shape != w_want[1]:
-        raise ValueError(f"w must be {jnp.dtype(w_want[0])} {w_want[1]} ({w_want[2]}) for x "
-                         f"{tuple(x.shape)}, got {w.dtype} {tuple(w.shape)}")
-    s_dtype = jnp.float8_e4m3fn if f.scale == "e4m3" else jnp.uint8
-    if w_scale.dtype != jnp.dtype(s_dtype) or w_scale.shape != (n, k // f.group):
-        raise ValueError(f"w_scale must be {jnp.dtype(s_dtype)} (N, K/{f.group}) = "
-                         f"{(n, k // f.group)}, got {w_scale.dtype} {tuple(w_scale.shape)}")
-    if fmt == "nvfp4":
-        if post not in ("div", "mul"):
-            raise ValueError(f"post must be 'div' (CT global) or 'mul' (ModelOpt), got {post!r}")
-        if col_scale is None or col_scale.shape != (n,):
-            raise ValueError(f"col_scale must be (N,) = ({n},), got "
-                             f"{None if col_scale is None else tuple(col_scale.shape)}")
-    elif post != "none" or col_scale is not None:
-        raise ValueError(f"{fmt} has no global scale: post must be 'none', col_scale None")
     params = {**dict(group_m=8, block_m=BLOCK, k_splits=1, k_parts=1, stages=None),
               **group_launch_params(m, n, k, interpret, deterministic=deterministic, fmt=fmt)}
     if set(overrides) & PARTITION:  # a launch of its own, not launch_params' partition

@@ -8,7 +8,9 @@ format's own quantized activations:
 
 Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for bf16 MMAs
 with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
-activation) and N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
+activation), NVFP4 and MXFP4 in default mode at M <= 16 run the plain-pipeline decode kernel
+(pallas_kernels.group_a16_decode_mgpu, session 28: several CTAs an SM) where N, K suit it; with
+N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
 session 12: the codes decoded in registers; in deterministic mode from
 group_a16_mgpu.det_predecode_min_m rows on (2048; 4096 for e2m1 codes read as words) decoded
 to exact bf16 by one pass first, session 17) runs in
@@ -164,6 +166,14 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     dequant = ("one Pallas pass (group_dequant)"
                if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
                                     group=wk.group_size) else "one XLA pass")
+    if path == "decode":
+        from pallas_kernels.group_a16_decode_mgpu import group_decode_params
+        splits, stages, load = group_decode_params(fmt, n, k)
+        return {"path": f"decode (Mosaic GPU plain-pipeline swap-AB kernel, 64-row weight tiles,"
+                        f" several CTAs an SM, codes decoded in registers ({load}), "
+                        f"splits={splits}, stages={stages}"
+                        f"{', ranges added by XLA' if splits > 1 else ''})",
+                "splits": splits, "stages": stages, "load": load}
     if path == "mgpu":
         from pallas_kernels.group_a16_mgpu import group_launch_params
         params = group_launch_params(m, n, k, False, deterministic=deterministic, fmt=fmt)
@@ -188,8 +198,8 @@ NVFP4 = register_kernel(Kernel(
     name="pallas_nvfp4",
     impl=_impl,
     honours=((_W_NVFP4, WEIGHT_ONLY), (_W_NVFP4, _A_NVFP4)),
-    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) "
-                "NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU: plain-pipeline decode at M <= 16, warp-specialized "
+                "at M <= 256 and deterministic; else Triton) NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
                 "by the reference rule in a fused XLA pre-pass",
     **HOPPER_PALLAS,
@@ -199,8 +209,8 @@ MXFP4 = register_kernel(Kernel(
     name="pallas_mxfp4",
     impl=_impl,
     honours=((_W_MXFP4, WEIGHT_ONLY), (_W_MXFP4, _A_MXFP4)),
-    description="Pallas (Mosaic GPU at M <= 256 and deterministic, else Triton) "
-                "MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+    description="Pallas (Mosaic GPU: plain-pipeline decode at M <= 16, warp-specialized "
+                "at M <= 256 and deterministic; else Triton) MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **HOPPER_PALLAS,
 ))

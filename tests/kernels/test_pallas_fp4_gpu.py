@@ -102,9 +102,9 @@ def test_gpu_fp8mma_variant(rng):
 @pytest.mark.parametrize("fmt", ["nvfp4_a16", "mxfp4_a16", "nvfp4"])
 def test_gpu_asm_and_jnp_decoders_agree(rng, fmt):
     # The PTX e2m1 decoder and the portable one give the same exact bf16 weights.
-    x, qw = make(rng, fmt, 16, 2048, 2048, jnp.float32)
-    a = jax.jit(lambda x: apply(x, qw, qw.spec, decode="asm"))(x)
-    b = jax.jit(lambda x: apply(x, qw, qw.spec, decode="jnp"))(x)
+    x, qw = make(rng, fmt, 16, 2048, 2048, jnp.float32)  # (the Triton kernel: path='pallas')
+    a = jax.jit(lambda x: apply(x, qw, qw.spec, decode="asm", path="pallas"))(x)
+    b = jax.jit(lambda x: apply(x, qw, qw.spec, decode="jnp", path="pallas"))(x)
     ref = dispatch.matmul(x, qw, kernel="xla")
     assert rel_err(a, ref) <= 2e-5 and rel_err(b, ref) <= 2e-5
     assert rel_err(a, b) <= 2e-5

@@ -1,0 +1,150 @@
+"""NVFP4 / MXFP4 (and MXFP8) weight-only decode at M <= 16 on Mosaic GPU's plain pipeline: the
+default-mode 'decode' path of the group formats' kernels on sm_90 (fp4_matmul.mgpu_path).
+
+Why beside group_a16_mgpu: that kernel's warp-specialized pipeline uses setmaxnreg, so one CTA
+an SM; at decode each SM's ramp and tail are fixed cost. Here the FP8 decode kernel's launch
+(fp8_a16_decode_mgpu.plain_slabs: a CTA is one warpgroup of 64 weight rows, no setmaxnreg,
+62-66 registers with the group decode -- ptxas, H200, session 27 -- so several CTAs share an SM
+and their ramps overlap), its A operand the group decode in registers
+(mgpu_group_decode.decode, or decode_words for e2m1 codes read as 32-bit words where
+group_a16_mgpu.reads_words says), K cut into `splits` ranges. A pipeline step is the K-blocks
+whose scale bytes fill a 16-byte TMA row (NVFP4 2, MX 4).
+
+Numerics per output (m, n): each K-block's wgmma sums the exact bf16 products (decoded weight =
+code * group scale / post factor, exact in bf16 as in group_a16_mgpu) in float32 into one chain
+over its K range from zero; XLA adds the ranges' float32 slabs in K order, applies the post
+factor and NVFP4's global scale (RowFinish.xla: the same float32 operations as group_a16_mgpu's
+finish) and rounds once. The same products as the XLA reference; the float32 sums run in another
+order than group_a16_mgpu's (so default mode's bits differ between M <= 16 and above;
+deterministic mode never runs this kernel).
+
+H200, session 28 (benchmarks/probe_group_decode_plain.py, through the dispatcher beside
+group_a16_mgpu, 11 shapes, same run, results/h200_fp4_grid_decode_s28.json), speed over
+group_a16_mgpu: M=1 NVFP4 1.01-1.17x (geomean 1.09), MXFP4 1.00-1.16x (1.08); M=16 NVFP4
+1.02-1.12x (1.08), MXFP4 0.97-1.10x (1.06). x bf16 at M=1: NVFP4 1.60-2.45x, MXFP4 1.48-2.15x.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from .fp8_a16_decode_mgpu import DECODE_MAX_M, plain_slabs
+from .fp8_heuristics import num_sms
+from .group_a16_mgpu import check_operands, reads_words
+from .launch import sum_device_splits
+from .mgpu_common import BLOCK, WG_ROWS, RowFinish
+from .mgpu_group_decode import FORMATS, decode, decode_jnp, decode_words
+from .mgpu_relabel import permute_cols, permute_k
+
+__all__ = ["group_a16_decode_mgpu", "group_decode_params", "GroupDecodeParams",
+           "group_decode_fits", "step_blocks", "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS",
+           "MAX_SPLITS", "DECODE_MAX_M"]
+
+F32 = jnp.float32
+LOADS = ("bytes", "words")
+# group_decode_params: the fewest K ranges (at least MIN_SPLITS where K allows) whose launch
+# has MIN_CTAS_PER_SM CTAs an SM; two pipeline stages. H200, session 28 (probe_group_decode_plain
+# --grid 1,2,4,8,16:2, 11 shapes, M = 1 and 16): the rule's launch within 0.96 of the best
+# measured at M=1 on every shape (NVFP4 and MXFP4); at M=16 within 0.92 (MXFP4 8192x8192,
+# where two ranges ran best). One range lost on every shape (0.98 at best: 8192x57344), so at
+# least two; more than ~4 CTAs an SM gained little where K was long.
+# (results/h200_group_decode_rule_m1_s28.json, _m16_s28.json)
+MIN_CTAS_PER_SM = 3.75
+MIN_SPLITS = 2
+MAX_SPLITS = 16
+STAGES = 2
+
+
+class GroupDecodeParams(NamedTuple):
+    splits: int  # K ranges (one CTA each per 64 weight rows)
+    stages: int  # pipeline stages
+    load: str  # "bytes" | "words": how e2m1 codes are read from shared memory
+
+
+def step_blocks(fmt: str) -> int:
+    """K-blocks of 128 a pipeline step: those whose scale bytes fill a 16-byte TMA row."""
+    return max(1, 16 // FORMATS[fmt].scale_bytes)
+
+
+def group_decode_fits(fmt: str, m: int, n: int, k: int) -> bool:
+    """Whether this kernel takes the problem: a group format, 1 <= M <= DECODE_MAX_M, N a
+    multiple of 64, K of one pipeline step (NVFP4 256, MX 512)."""
+    return (fmt in FORMATS and 1 <= m <= DECODE_MAX_M and n > 0 and n % WG_ROWS == 0 and k > 0
+            and k % (BLOCK * step_blocks(fmt)) == 0)
+
+
+def group_decode_params(fmt: str, n: int, k: int, sms: int | None = None) -> GroupDecodeParams:
+    """The launch for an (N, K) weight of fmt (M-free: the x tile alone follows M): K ranges,
+    stages, and how the codes are read (group_a16_mgpu.reads_words' rule)."""
+    if not group_decode_fits(fmt, 1, n, k):
+        raise ValueError(f"group_decode_params: {fmt} needs N a multiple of {WG_ROWS} and K of "
+                         f"{BLOCK * step_blocks(fmt)}, got N={n}, K={k}")
+    sms = sms or num_sms()
+    steps, tiles = k // (BLOCK * step_blocks(fmt)), n // WG_ROWS
+    candidates = [s for s in (2 ** i for i in range(int(math.log2(MAX_SPLITS)) + 1))
+                  if steps % s == 0 and (s == 1 or steps // s >= 2)]
+    splits = next((s for s in candidates
+                   if s >= MIN_SPLITS and tiles * s >= MIN_CTAS_PER_SM * sms), candidates[-1])
+    load = "words" if FORMATS[fmt].elem == "e2m1" and reads_words(fmt, n, k) else "bytes"
+    return GroupDecodeParams(splits, STAGES, load)
+
+
+def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
+                          col_scale: jax.Array | None = None, *, post: str = "none",
+                          splits: int | None = None, stages: int | None = None,
+                          load: str | None = None, out_dtype=None,
+                          interpret: bool = False) -> jax.Array:
+    """y (M, N) = x (M, K) bf16 @ (code(w) * scale(w_scale))^T in out_dtype (default x's); for
+    NVFP4 then `post` ("div" | "mul") by col_scale (float32 (N,)) per output column.
+
+    fmt, w, w_scale, col_scale, post: as group_a16_mgpu.group_a16_matmul_mgpu takes them (codes
+    and scales as stored). M <= DECODE_MAX_M, N a multiple of 64, K of 256 (NVFP4) / 512 (MX).
+    splits, stages, load: the launch (None: group_decode_params'); load "words" for e2m1 codes
+    only. interpret: Mosaic GPU's interpreter (the decode by jnp: the same values)."""
+    check_operands(fmt, x, w, w_scale, col_scale, post)
+    f = FORMATS[fmt]
+    m, k = x.shape
+    n = w.shape[0]
+    if x.dtype != jnp.dtype(jnp.bfloat16):
+        raise ValueError(f"group_a16_decode_mgpu: x must be bfloat16, got {x.dtype}")
+    if not group_decode_fits(fmt, m, n, k):
+        raise ValueError(f"group_a16_decode_mgpu: needs 1 <= M <= {DECODE_MAX_M}, N a multiple "
+                         f"of {WG_ROWS} and K of {BLOCK * step_blocks(fmt)} ({fmt}); got M={m},"
+                         f" N={n}, K={k}")
+    auto = group_decode_params(fmt, n, k)
+    splits, stages, load = splits or auto.splits, stages or auto.stages, load or auto.load
+    blocks = step_blocks(fmt)
+    if k % (BLOCK * blocks * splits):
+        raise ValueError(f"group_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
+                         f"{BLOCK * blocks}-wide steps ({fmt})")
+    if load not in LOADS or (load == "words" and f.elem != "e2m1"):
+        raise ValueError(f"group_a16_decode_mgpu: load must be one of {LOADS} ('words': e2m1 "
+                         f"codes only), got {load!r} for {fmt}")
+    words = load == "words"
+    codes = lax.bitcast_convert_type(w, jnp.int4).reshape(n, k) if f.elem == "e2m1" else w
+    if words:  # the MMA sees each 32 columns' K permuted as decode_words hands them over
+        x = permute_k(x, "halves")
+
+    def a_tile(w_ref, s_ref):  # one K-block's codes and group scales -> bf16 weights
+        if interpret:  # the values decode / decode_words give, by jnp
+            v = decode_jnp(w_ref[...], s_ref[...], f)
+            return permute_cols(v, "halves") if words else v
+        if words:
+            return decode_words(plgpu.load(w_ref, layout=plgpu.Layout.WGMMA_UPCAST_4X), s_ref,
+                                f)
+        if f.elem == "e2m1":
+            return decode(plgpu.load(w_ref, layout=plgpu.Layout.WGMMA), s_ref, f)
+        return decode(w_ref[...].astype(F32).astype(x.dtype), s_ref, f)  # e4m3: exact first
+
+    slabs = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
+                        stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret)
+    total = sum_device_splits(slabs, splits, n, slabs.shape[2])  # ranges in K order
+    finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
+    total = total * f.post_factor if finish is None else finish.xla(total)
+    return total[:, :m].T.astype(jnp.dtype(out_dtype or x.dtype))
