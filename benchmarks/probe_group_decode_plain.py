@@ -6,7 +6,8 @@ Sessions 27-28 ran it to find the launch rule (group_decode_params; NOTES.md):
     PYTHONPATH=. python3 benchmarks/probe_group_decode_plain.py --shapes all --m 1 \
         --grid 1,2,4,8,16:2 --loads rule --out $OUT/group_rule_m1.json
 --loads: bytes, words (e2m1 codes 8 a 32-bit load) or rule (group_a16_mgpu.reads_words).
-On CPU it runs a tiny interpreted smoke of the same ops.
+W4A4 formats (nvfp4, mxfp4) get the dispatcher and group_a16_mgpu only. On CPU it runs a tiny
+interpreted smoke of the same ops.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pallas_kernels.group_a16_decode_mgpu import group_a16_decode_mgpu
 from pallas_kernels.group_a16_mgpu import reads_words
 
 KERNEL_OF = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4",
-             "mxfp8_a16": "pallas_mxfp8"}
+             "mxfp8_a16": "pallas_mxfp8", "nvfp4": "pallas_nvfp4", "mxfp4": "pallas_mxfp4"}
 
 
 def _operands(qw):
@@ -65,17 +66,21 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1,16")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--formats", default="nvfp4_a16,mxfp4_a16")
-    p.add_argument("--grid", default="1,2,4,8:2", help="SPLITS:STAGES lists")
+    p.add_argument("--grid", default="1,2,4,8:2",
+                   help="SPLITS:STAGES lists of explicit launches (weight-only formats), or none")
     p.add_argument("--loads", default="rule",
                    help="bytes,words: how e2m1 codes are read (rule: group_a16_mgpu.reads_words)")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 1024, 128)] if cpu else bench.parse_shapes(args.shapes)
-    splits, stages = (tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
+    splits, stages = ((), ()) if args.grid == "none" else (
+        tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
     ops = [bench.bf16_op()]
     for spec_name in args.formats.split(","):
         ops += [bench.kernel_op(KERNEL_OF[spec_name], spec_name),
                 warp_specialized_op(spec_name)]
+        if not spec_name.endswith("_a16"):  # (W4A4: the dispatcher quantizes x first)
+            continue
         loads = [ld for ld in args.loads.split(",")
                  if ld != "words" or not spec_name.startswith("mxfp8")]
         ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp in splits for st in stages]

@@ -176,6 +176,7 @@ CURRENT = (
     ("h200_fp4_grid_det_predecode_m2048_s23.json", None),
     ("h200_fp8_grid_dense_decode_s24.json", None), ("h200_fp4_grid_m2048_s24.json", None),
     ("h200_fp8_grid_decode_s26.json", None), ("h200_fp4_grid_decode_s28.json", None),
+    ("h200_fp4_grid_w4a4_decode_s28.json", None),
 )
 
 
@@ -503,6 +504,9 @@ def main() -> int:
          "dispatcher, now the plain-pipeline decode kernel (group_a16_decode_mgpu), beside "
          "group_a16_mgpu (path='mgpu', the previous default) and one explicit launch, 11 "
          "shapes, same run (session 28 call 3; figures of record)"),
+        ("h200_fp4_grid_w4a4_decode_s28.json", "NVFP4 / MXFP4 W4A4 at M=1 and 16 through "
+         "the dispatcher (the decode kernel on the quantized activation) beside group_a16_mgpu "
+         "and bf16, 11 shapes, same run (session 28 call 5)"),
         ("h200_group_decode_rule_m1_s28.json", "The plain-pipeline group decode at K ranges "
          "1-16 (codes read as group_a16_mgpu.reads_words says), M=1, 11 shapes, beside the "
          "dispatcher of then (group_a16_mgpu) (session 28 call 2; the data group_decode_params "
