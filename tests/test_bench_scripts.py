@@ -166,17 +166,16 @@ def test_probe_decode_plain_times_each_launch_beside_the_dispatcher(tmp_path):
 
 def test_probe_group_decode_plain_runs_its_smoke(tmp_path):
     """The plain-pipeline group decode probe (sessions 27-28) on CPU: a tiny interpreted run of
-    bf16, the dispatcher's kernel, group_a16_mgpu and two explicit launches per format, each
-    recorded without error."""
+    bf16, the dispatcher's kernel, group_a16_mgpu and two explicit launches per weight-only
+    format (W4A4: the first two only), each recorded without error."""
     out_json = tmp_path / "group.json"
     _run(["benchmarks/probe_group_decode_plain.py", "--m", "1", "--grid", "1,2:2",
-          "--formats", "nvfp4_a16,mxfp4_a16", "--out", str(out_json)], tmp_path)
+          "--formats", "nvfp4_a16,mxfp4_a16,mxfp4", "--out", str(out_json)], tmp_path)
     recs = json.loads(out_json.read_text())["records"]
     labels = {r["label"] for r in recs}
-    assert labels == {"bf16"} | {f"{f}:{op}" for f, k in (("nvfp4_a16", "pallas_nvfp4"),
-                                                          ("mxfp4_a16", "pallas_mxfp4"))
-                                 for op in (k, "group_a16_mgpu", "plain_k1_st2_rule",
-                                            "plain_k2_st2_rule")}, labels
+    assert labels == {"bf16", "mxfp4:pallas_mxfp4", "mxfp4:group_a16_mgpu"} | {
+        f"{f}:{op}" for f, k in (("nvfp4_a16", "pallas_nvfp4"), ("mxfp4_a16", "pallas_mxfp4"))
+        for op in (k, "group_a16_mgpu", "plain_k1_st2_rule", "plain_k2_st2_rule")}, labels
     assert not [r for r in recs if r.get("error")], [r["error"] for r in recs if r.get("error")]
 
 
