@@ -12,6 +12,15 @@ with it this script's copy of the kernel.
 
     PYTHONPATH=. python3 benchmarks/probe_decode_plain.py --shapes all --m 1 \
         --grid 1,2,4,8,16:2,4 --out grid.json
+
+Session 28 gave the kernel 128x128 block scales (each K-block's chain from zero, times its
+scale, added in K order; not measured, not the dispatcher's choice). First run, beside the
+dispatcher (the warp-specialized Mosaic kernel for fp8_block_a16):
+    PYTHONPATH=. python3 benchmarks/probe_decode_plain.py --format fp8_block_a16 \
+        --shapes all --m 1,16 --grid 1,2,4,8:2,4 --out $OUT/block_plain.json
+Prediction: registers ~95-110 (a float32 total beside the accumulator), so four CTAs an SM;
+within 0.97 of the whole-K kernel's time on the same shape (a scale multiply-add per K-block
+and row is small against the conversion), i.e. +4-5% over the Mosaic kernel at M=1 geomean.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--format", default="fp8_per_channel_a16",
-                   choices=["fp8_per_channel_a16", "fp8_per_tensor_a16"])
+                   choices=["fp8_per_channel_a16", "fp8_per_tensor_a16", "fp8_block_a16"])
     p.add_argument("--grid", default="1,2,4,8:2,4", help="SPLITS:STAGES lists")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"

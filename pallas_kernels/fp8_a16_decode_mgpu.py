@@ -17,6 +17,12 @@ its B operand (8 or 16 rows). Numerics per output (m, n): one float32 wgmma chai
 range from zero, written as a float32 slab of y^T; XLA adds the ranges' slabs in K order,
 multiplies by the weight's scale (per channel or per tensor) and rounds once to x's dtype.
 
+Block scales (128x128, session 28; prepared, not measured, so not the dispatcher's choice --
+`path="decode"` runs it): each K-block's wgmma chain runs from zero and is added, times its
+block's scale, to the range's float32 total in K order (the Mosaic kernel's per-block
+arithmetic), the CTA's row of scales copied to shared memory once; XLA adds the ranges' totals
+in K order and rounds.
+
 Not done in the CTA: with one range, applying the scale and writing y through a transposed
 staging slot (as fp8_block_a16_mgpu's out_t) measured the same on its own but faulted the
 device (CUDA_ERROR_LAUNCH_FAILED) on 4096 x 28672 at M=1 when run beside the other W8A16
@@ -37,13 +43,14 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .fp8_heuristics import num_sms
 from .launch import sum_device_splits
-from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled
+from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled, zero_total
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
+SCALE_KINDS = ("channel", "tensor", "block")
 # CTAs an SM holds at once: 85-91 registers x 128 threads (ptxas, H200, session 26) leave five
 # by registers; four stages of (64 x 128 e4m3 + 16 x 128 bf16) stay under a fifth of its
 # shared memory
@@ -99,19 +106,23 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
 
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
-    w_scale: float32, (N, 1) (scale_kind "channel") or (1, 1) ("tensor").
+    w_scale: float32, (N, 1) (scale_kind "channel"), (1, 1) ("tensor") or (ceil(N/128), K/128)
+    ("block": 128x128 weight blocks -- each K-block's float32 chain from zero, times its
+    block's scale, added in K order; prepared in session 28, not measured, not the
+    dispatcher's choice: path="decode" runs it).
     splits, stages: the launch (None: decode_params'). interpret: Mosaic GPU's interpreter."""
     m, k = x.shape
     n = w.shape[0]
-    if scale_kind not in ("channel", "tensor"):
-        raise ValueError(f"fp8_a16_decode_mgpu: scale_kind must be 'channel' or 'tensor' (whole-K"
-                         f" scales), got {scale_kind!r}")
+    if scale_kind not in SCALE_KINDS:
+        raise ValueError(f"fp8_a16_decode_mgpu: scale_kind must be one of {SCALE_KINDS}, got "
+                         f"{scale_kind!r}")
     if x.dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
         raise ValueError(f"fp8_a16_decode_mgpu: x must be bf16 or f16, got {x.dtype}")
     if w.dtype != jnp.dtype(jnp.float8_e4m3fn) or w.shape != (n, k):
         raise ValueError(f"fp8_a16_decode_mgpu: w must be ({n}, {k}) float8_e4m3fn, got "
                          f"{w.dtype}{tuple(w.shape)}")
-    want = (n, 1) if scale_kind == "channel" else (1, 1)
+    want = {"channel": (n, 1), "tensor": (1, 1),
+            "block": (-(-n // BLOCK), k // BLOCK)}[scale_kind]
     if w_scale.shape != want or w_scale.dtype != jnp.dtype(F32):
         raise ValueError(f"fp8_a16_decode_mgpu: w_scale must be float32 {want} for scale_kind "
                          f"{scale_kind!r}, got {w_scale.dtype}{tuple(w_scale.shape)}")
@@ -124,23 +135,38 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
                          f"{BLOCK}-wide blocks")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
+    block = None
+    if scale_kind == "block":  # (the columns padded for TMA's 16-byte rows)
+        block = jnp.pad(w_scale, ((0, 0), (0, -(k // BLOCK) % 4)))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
-                    a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype))
+                    a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
+                    block_scales=block)
     total = sum_device_splits(y, splits, n, y.shape[2])  # ranges (devices') in K order
+    if scale_kind == "block":  # (applied per K-block in the CTAs)
+        return total[:, :m].T.astype(out_dtype)
     return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)
 
 
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
-                stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False
-                ) -> jax.Array:
+                stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
+                block_scales: jax.Array | None = None) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
     sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
     (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
     A step is `blocks` K-blocks of 128; a_tile(w_ref, s_ref) -> one K-block's (64, 128) A
     operand in x's dtype (s_ref: its `c / blocks` scale columns; None without scales).
-    (benchmarks/probe_group_decode_plain.py runs the group formats' decode through it.)"""
+    block_scales: None (one wgmma chain over the range), or float32 (N/128, >= K/128) -- 128x128
+    weight blocks' scales, the columns padded to a multiple of 4 (TMA rows of 16 bytes): each
+    K-block's chain then runs from zero and is added times its block's scale to the range's
+    float32 total, in K order (a CTA's row of them copied to shared memory once).
+    (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
+    if block_scales is not None and (block_scales.shape[0] * BLOCK < n
+                                     or block_scales.shape[1] % 4
+                                     or block_scales.shape[1] * BLOCK < k):
+        raise ValueError(f"plain_slabs: block_scales must be (N/128, >= K/128 in a multiple of "
+                         f"4), got {tuple(block_scales.shape)} for N={n}, K={k}")
     block_m = 8 if m <= 8 else 16
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
@@ -150,42 +176,87 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     steps, tiles = k // step_k // splits, n // WG_ROWS
     scale_cols = 0 if scales is None else scales.shape[1] // (k // step_k)
 
-    def body(w_gmem, x_gmem, *refs):
+    piped = 2 + (scales is not None)  # operands the pipeline streams
+
+    def body(*refs):
+        w_gmem, x_gmem = refs[:2]
         out_gmem = refs[-1]
         t = lax.axis_index("tile")
         tile, split = t % tiles, t // tiles
 
-        def accumulate(acc, out_smem, a_smem):
-            def step(_, w_smem, x_smem, *s_smem):
-                for j in range(blocks):
-                    cols = pl.ds(j * BLOCK, BLOCK)
-                    s_ref = (s_smem[0].at[:, pl.ds(j * scale_cols // blocks,
-                                                    scale_cols // blocks)] if s_smem else None)
-                    a = a_tile(w_smem if blocks == 1 else w_smem.at[:, cols], s_ref)
-                    if interpret:  # the interpreter's wgmma reads A from shared memory
-                        a_smem[...] = a
-                        plgpu.commit_smem()
-                        a = a_smem
-                    xt = (x_smem if blocks == 1 else x_smem.at[:, cols]).transpose((1, 0))
-                    plgpu.wgmma(acc, a, xt)
-                    plgpu.wgmma_wait(0)
+        def specs(first):  # the pipeline's tiles from K-step `first` on
+            return [plgpu.BlockSpec((WG_ROWS, step_k), lambda i: (tile, first + i),
+                                    transforms=swizzled(w.dtype)),
+                    plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i),
+                                    transforms=swizzled(x.dtype))] + (
+                [plgpu.BlockSpec((WG_ROWS, scale_cols), lambda i: (tile, first + i))]
+                if scales is not None else [])
 
-            first = split * steps
-            plgpu.emit_pipeline(
-                step, grid=(steps,), max_concurrent_steps=stages,
-                in_specs=[plgpu.BlockSpec((WG_ROWS, step_k), lambda i: (tile, first + i),
-                                          transforms=swizzled(w.dtype)),
-                          plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i),
-                                          transforms=swizzled(x.dtype))] +
-                ([plgpu.BlockSpec((WG_ROWS, scale_cols), lambda i: (tile, first + i))]
-                 if scales is not None else []))(w_gmem, x_gmem, *refs[:-1])
-            out_smem[...] = acc[...]
+        def a_operand(w_smem, s_smem, j, a_smem):  # K-block j of the step, as wgmma's A
+            cols = pl.ds(j * BLOCK, BLOCK)
+            s_ref = (s_smem[0].at[:, pl.ds(j * scale_cols // blocks, scale_cols // blocks)]
+                     if s_smem else None)
+            a = a_tile(w_smem if blocks == 1 else w_smem.at[:, cols], s_ref)
+            if interpret:  # the interpreter's wgmma reads A from shared memory
+                a_smem[...] = a
+                plgpu.commit_smem()
+                a = a_smem
+            return a
+
+        def store(total, out_smem):
+            out_smem[...] = total
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
             plgpu.wait_smem_to_gmem(0)
 
+        def by_blocks(out_smem, a_smem, bs_smem, bs_bar):
+            # the CTA's 128-row block's scales, once; then per K-block a chain from zero
+            plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS // BLOCK, 1)], bs_smem,
+                                    bs_bar)
+            plgpu.barrier_wait(bs_bar)
+
+            def step(idx, w_smem, x_smem, *rest):
+                *s_smem, total = rest
+                for j in range(blocks):
+                    xt = (x_smem if blocks == 1 else
+                          x_smem.at[:, pl.ds(j * BLOCK, BLOCK)]).transpose((1, 0))
+
+                    def chain(acc):
+                        plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem), xt)
+                        plgpu.wgmma_wait(0)
+                        return acc[...]
+                    part = pl.run_scoped(chain, plgpu.ACC((WG_ROWS, block_m), F32))
+                    kb = (split * steps + idx[0]) * blocks + j
+                    total = total + part * lax.broadcast_in_dim(bs_smem[0, kb], part.shape, ())
+                return total
+
+            total = plgpu.emit_pipeline(
+                step, grid=(steps,), max_concurrent_steps=stages, in_specs=specs(split * steps),
+                init_carry=zero_total((WG_ROWS, block_m)))(*refs[:piped])
+            store(total, out_smem)
+
+        def accumulate(acc, out_smem, a_smem):  # one chain over the range
+            def step(_, w_smem, x_smem, *s_smem):
+                for j in range(blocks):
+                    xt = (x_smem if blocks == 1 else
+                          x_smem.at[:, pl.ds(j * BLOCK, BLOCK)]).transpose((1, 0))
+                    plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem), xt)
+                    plgpu.wgmma_wait(0)
+
+            first = split * steps
+            plgpu.emit_pipeline(step, grid=(steps,), max_concurrent_steps=stages,
+                                in_specs=specs(first))(*refs[:piped])
+            store(acc[...], out_smem)
+
         scratch = ([plgpu.SMEM((WG_ROWS, BLOCK), x.dtype, transforms=swizzled(x.dtype))]
                    if interpret else [])
+        if block_scales is not None:
+            pl.run_scoped(
+                lambda out_smem, bs_smem, bs_bar, *a: by_blocks(out_smem, a[0] if a else None,
+                                                                bs_smem, bs_bar),
+                plgpu.SMEM((WG_ROWS, block_m), F32), plgpu.SMEM((1, block_scales.shape[1]), F32),
+                plgpu.Barrier(num_arrivals=1), *scratch)
+            return
         pl.run_scoped(
             lambda out_smem, *a: pl.run_scoped(
                 lambda acc: accumulate(acc, out_smem, a[0] if a else None),
@@ -197,4 +268,4 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
         grid_names=("tile",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
         interpret=interpret_params(interpret))
-    return call(w, x) if scales is None else call(w, x, scales)
+    return call(*[a for a in (w, x, scales, block_scales) if a is not None])

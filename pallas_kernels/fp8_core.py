@@ -329,7 +329,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     path: "pallas" (this kernel), "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
     scales only), "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
     fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128) or "decode"
-    (fp8_a16_decode_mgpu: weight-only, whole-K weight scales, M <= 16); the last three
+    (fp8_a16_decode_mgpu: weight-only, M <= 16; the dispatcher's choice for whole-K weight
+    scales, block scales only when asked -- prepared in session 28, unmeasured); the last three
     are not batch-invariant (fp8_paths) except weight-only 'mgpu' with deterministic=True.
     config: the 'pallas' path's tiles (None for the other paths).
     deterministic: the 'mgpu' weight-only kernel's M-free schedule (the 'pallas' path's order
@@ -370,10 +371,9 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
                                 w_scale_kind=w_scale_kind, out_dtype=out_dtype,
                                 interpret=bool(interpret))
     if path == "decode":
-        if x_scale_kind != "none" or w_scale_kind not in ("channel", "tensor"):
-            raise ValueError("the decode path runs weight-only with whole-K weight scales: it "
-                             f"needs x_scale_kind 'none' and w_scale_kind 'channel' or 'tensor';"
-                             f" got {x_scale_kind!r} and {w_scale_kind!r}")
+        if x_scale_kind != "none":
+            raise ValueError("the decode path runs weight-only: it needs x_scale_kind 'none', "
+                             f"got {x_scale_kind!r}")
         return fp8_a16_decode_mgpu(x, w, w_scale, scale_kind=w_scale_kind, out_dtype=out_dtype,
                                    interpret=interpret)
     if path == "mgpu":

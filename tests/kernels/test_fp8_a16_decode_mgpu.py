@@ -1,7 +1,8 @@
 """The plain-pipeline W8A16 decode kernel (pallas_kernels.fp8_a16_decode_mgpu): in Mosaic GPU's
 interpreter (outputs start as NaN) within the float64 bound at M=1..16 with one K range or
-several added by XLA; it lowers for CUDA on CPU; its launch rule and its
-argument checks; on the GPU (marked) the same at real sizes."""
+several added by XLA, for per-channel, per-tensor and (session 28, path='decode' only) 128x128
+block scales; it lowers for CUDA on CPU; its launch rule and its argument checks; on the GPU
+(marked) the same at real sizes."""
 
 from __future__ import annotations
 
@@ -25,14 +26,17 @@ BENCH_SHAPES = [kn for shapes in bench.SHAPES.values() for kn in shapes]  # (K, 
 def _operands(rng, m, n, k, dtype, kind):
     x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), dtype)
     w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
-    ws = jnp.asarray(rng.uniform(0.01, 2, (n, 1) if kind == "channel" else (1, 1)), jnp.float32)
+    shape = {"channel": (n, 1), "tensor": (1, 1), "block": (-(-n // 128), k // 128)}[kind]
+    ws = jnp.asarray(rng.uniform(0.01, 2, shape), jnp.float32)
     return x, w, ws
 
 
 def _check(y, x, w, ws):
     n, k = w.shape
-    wd = np.asarray(w.astype(jnp.float32), np.float64) * np.broadcast_to(
-        np.asarray(ws, np.float64), (n, 1))
+    s = np.asarray(ws, np.float64)
+    if s.shape[1] > 1:  # 128x128 blocks
+        s = np.repeat(np.repeat(s, 128, axis=0)[:n], 128, axis=1)
+    wd = np.asarray(w.astype(jnp.float32), np.float64) * np.broadcast_to(s, (n, k))
     xd = np.asarray(x.astype(jnp.float32), np.float64)
     assert y.shape == (x.shape[0], n) and y.dtype == x.dtype
     assert_within_bound(y, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, ACC_RTOL, x.dtype)
@@ -44,6 +48,9 @@ def _check(y, x, w, ws):
     (3, 128, 384, 1, "tensor", jnp.float16),  # three K-blocks, a per-tensor scale broadcast
     (9, 64, 1024, 4, "channel", jnp.bfloat16),  # x padded to 16 rows
     (16, 192, 256, 2, "channel", jnp.float16),
+    (1, 192, 512, 2, "block", jnp.bfloat16),  # block scales: a partial 128-row block
+    (7, 128, 384, 1, "block", jnp.float16),  # three K-blocks: the scale row padded to four
+    (12, 256, 1024, 4, "block", jnp.bfloat16),
 ])
 def test_interpreter_matches_float64(rng, m, n, k, splits, kind, dtype):
     x, w, ws = _operands(rng, m, n, k, dtype, kind)
@@ -52,18 +59,32 @@ def test_interpreter_matches_float64(rng, m, n, k, splits, kind, dtype):
     _check(y, x, w, ws)
 
 
+def test_block_scales_run_when_the_decode_path_is_asked_for(rng):
+    """fp8_w8a16 with 128x128 block scales and path='decode' (not the dispatcher's choice:
+    unmeasured) runs this kernel, within the float64 bound; the auto rule keeps the Mosaic
+    kernel for block scales."""
+    from pallas_kernels.fp8_paths import fp8_path
+    from pallas_kernels.fp8_w8a16 import w8a16_matmul
+    x, w, ws = _operands(rng, 5, 256, 768, jnp.bfloat16, "block")
+    _check(w8a16_matmul(x, w, ws, scale_kind="block", path="decode", interpret=True), x, w, ws)
+    assert fp8_path(5, x_scale_kind="none", w_scale_kind="block", deterministic=False,
+                    interpret=True, n=256, k=768, x_dtype=x.dtype) == "mgpu"
+
+
 def test_interpreter_launch_rule_matches_float64(rng):
     """decode_params' own launch (None: the rule's splits and stages) at M=1."""
     x, w, ws = _operands(rng, 1, 256, 512, jnp.bfloat16, "channel")
     _check(fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", interpret=True), x, w, ws)
 
 
-@pytest.mark.parametrize("m,splits", [(1, 1), (1, 4), (16, 1), (11, 2)])
-def test_lowers_for_cuda_on_cpu(m, splits):
+@pytest.mark.parametrize("m,splits,kind", [(1, 1, "channel"), (1, 4, "channel"),
+                                           (16, 1, "channel"), (11, 2, "channel"),
+                                           (1, 2, "block"), (16, 4, "block")])
+def test_lowers_for_cuda_on_cpu(m, splits, kind):
     x = jnp.ones((m, 4096), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
-    ws = jax.ShapeDtypeStruct((4096, 1), jnp.float32)
-    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind="channel", splits=splits))
+    ws = jax.ShapeDtypeStruct((4096, 1) if kind == "channel" else (32, 32), jnp.float32)
+    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, splits=splits))
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -101,7 +122,10 @@ def test_rejects_bad_arguments(rng):
     x, w, ws = _operands(rng, 2, 128, 512, jnp.bfloat16, "channel")
     call = lambda **kw: fp8_a16_decode_mgpu(**{**dict(x=x, w=w, w_scale=ws,
                                                       scale_kind="channel"), **kw})
-    with pytest.raises(ValueError, match="scale_kind must be 'channel' or 'tensor'"):
+    with pytest.raises(ValueError, match="scale_kind must be one of"):
+        call(scale_kind="row")
+    with pytest.raises(ValueError, match=r"w_scale must be float32 \(1, 4\) for scale_kind "
+                                         r"'block', got float32\(128, 1\)"):
         call(scale_kind="block")
     with pytest.raises(ValueError, match="x must be bf16 or f16, got float32"):
         call(x=x.astype(jnp.float32))
@@ -119,7 +143,7 @@ def test_rejects_bad_arguments(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["channel", "tensor"])
+@pytest.mark.parametrize("kind", ["channel", "tensor", "block"])
 @pytest.mark.parametrize("k,n", [(4096, 4096), (7168, 24576), (18432, 7168), (8192, 10240)])
 def test_gpu_matches_float64(rng, kind, k, n):
     """decode_params' launch (one range on 7168 x 24576, else two to four), and one and eight
