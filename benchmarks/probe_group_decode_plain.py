@@ -5,7 +5,7 @@ and the warp-specialized kernel it replaced at M <= 16 (group_a16_mgpu, path='mg
 Sessions 27-28 ran it to find the launch rule (group_decode_params; NOTES.md):
     PYTHONPATH=. python3 benchmarks/probe_group_decode_plain.py --shapes all --m 1 \
         --grid 1,2,4,8,16:2 --loads rule --out $OUT/group_rule_m1.json
---loads: bytes, words (e2m1 codes 8 a 32-bit load) or rule (group_a16_mgpu.reads_words).
+--loads: bytes, words (e2m1 codes 8 a 32-bit load) or rule (group_decode_params' choice).
 W4A4 formats (nvfp4, mxfp4) get the dispatcher and group_a16_mgpu only. On CPU it runs a tiny
 interpreted smoke of the same ops.
 """
@@ -18,8 +18,7 @@ import jax
 
 from jqlin import bench
 from jqlin.kernels.pallas_fp4 import apply, nvfp4_post_scale
-from pallas_kernels.group_a16_decode_mgpu import group_a16_decode_mgpu
-from pallas_kernels.group_a16_mgpu import reads_words
+from pallas_kernels.group_a16_decode_mgpu import group_a16_decode_mgpu, group_decode_params
 
 KERNEL_OF = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4",
              "mxfp8_a16": "pallas_mxfp8", "nvfp4": "pallas_nvfp4", "mxfp4": "pallas_mxfp4"}
@@ -39,9 +38,7 @@ def plain_op(spec_name: str, splits: int, stages: int, load: str = "bytes") -> b
 
     def fn(x, qw):
         fmt, w, s, col, post = _operands(qw)
-        how = load
-        if load == "rule":
-            how = "words" if reads_words(fmt, *qw.storage_shape) else "bytes"
+        how = group_decode_params(fmt, *qw.storage_shape).load if load == "rule" else load
         return qw.trim_rows(group_a16_decode_mgpu(fmt, x, w, s, col, post=post, splits=splits,
                                                   stages=stages, load=how,
                                                   interpret=interpret))
@@ -69,7 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--grid", default="1,2,4,8:2",
                    help="SPLITS:STAGES lists of explicit launches (weight-only formats), or none")
     p.add_argument("--loads", default="rule",
-                   help="bytes,words: how e2m1 codes are read (rule: group_a16_mgpu.reads_words)")
+                   help="bytes,words: how e2m1 codes are read (rule: group_decode_params')")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 1024, 128)] if cpu else bench.parse_shapes(args.shapes)
