@@ -6,7 +6,11 @@ Sessions 27-28 ran it to find the launch rule (group_decode_params; NOTES.md):
     PYTHONPATH=. python3 benchmarks/probe_group_decode_plain.py --shapes all --m 1 \
         --grid 1,2,4,8,16:2 --loads rule --out $OUT/group_rule_m1.json
 --loads: bytes, words (e2m1 codes 8 a 32-bit load) or rule (group_decode_params' choice).
-W4A4 formats (nvfp4, mxfp4) get the dispatcher and group_a16_mgpu only. On CPU it runs a tiny
+W4A4 formats (nvfp4, mxfp4) get the dispatcher and group_a16_mgpu only. --det adds deterministic
+mode: the dispatcher's (group_a16_mgpu's det_params launch) and the decode kernel's in the same
+order (session 28, prepared), e.g. next session:
+    PYTHONPATH=. python3 benchmarks/probe_group_decode_plain.py --shapes all --m 1,16 \
+        --grid none --det --out $OUT/group_det.json On CPU it runs a tiny
 interpreted smoke of the same ops.
 """
 
@@ -46,6 +50,18 @@ def plain_op(spec_name: str, splits: int, stages: int, load: str = "bytes") -> b
     return bench.Op(f"plain_k{splits}_st{stages}{tag}", spec_name, "default", fn)
 
 
+def det_op(spec_name: str) -> bench.Op:
+    """The decode kernel in deterministic mode's order (group_a16_decode_mgpu(deterministic=
+    True): session 28, prepared; the dispatcher's deterministic mode runs group_a16_mgpu)."""
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        fmt, w, s, col, post = _operands(qw)
+        return qw.trim_rows(group_a16_decode_mgpu(fmt, x, w, s, col, post=post,
+                                                  deterministic=True, interpret=interpret))
+    return bench.Op("plain_det", spec_name, "det", fn)
+
+
 def warp_specialized_op(spec_name: str) -> bench.Op:
     """group_a16_mgpu (path='mgpu'), which default mode ran at M <= 16 before session 28."""
     interpret = jax.default_backend() == "cpu"
@@ -65,6 +81,8 @@ def main(argv=None) -> int:
     p.add_argument("--formats", default="nvfp4_a16,mxfp4_a16")
     p.add_argument("--grid", default="1,2,4,8:2",
                    help="SPLITS:STAGES lists of explicit launches (weight-only formats), or none")
+    p.add_argument("--det", action="store_true",
+                   help="also deterministic mode: the dispatcher's and the decode kernel's")
     p.add_argument("--loads", default="rule",
                    help="bytes,words: how e2m1 codes are read (rule: group_decode_params')")
     args = p.parse_args(argv)
@@ -76,8 +94,12 @@ def main(argv=None) -> int:
     for spec_name in args.formats.split(","):
         ops += [bench.kernel_op(KERNEL_OF[spec_name], spec_name),
                 warp_specialized_op(spec_name)]
+        if args.det:
+            ops.append(bench.kernel_op(KERNEL_OF[spec_name], spec_name, deterministic=True))
         if not spec_name.endswith("_a16"):  # (W4A4: the dispatcher quantizes x first)
             continue
+        if args.det:
+            ops.append(det_op(spec_name))
         loads = [ld for ld in args.loads.split(",")
                  if ld != "words" or not spec_name.startswith("mxfp8")]
         ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp in splits for st in stages]

@@ -116,7 +116,11 @@ def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, determin
             raise ValueError(f"path='mgpu' cannot run this {fmt} matmul: {why}")
         return path
     if path == "decode":
-        if why_not := decode_refusal(fmt, m, n, k, parts, x_dtype):
+        why_not = decode_refusal(fmt, m, n, k, parts, x_dtype)
+        if why_not is None and deterministic:  # (its deterministic order: prepared, not auto)
+            from .group_a16_decode_mgpu import det_refusal
+            why_not = det_refusal(fmt, m, n, k)
+        if why_not:
             raise ValueError(f"path='decode' cannot run this {fmt} matmul: {why_not}")
         return path
     auto = path is None and config is None and not interpret
@@ -153,7 +157,8 @@ def dequant_matmul(kernel: str, x_parts: Sequence[jax.Array], w: jax.Array,
     if path == "decode":
         from .group_a16_decode_mgpu import group_a16_decode_mgpu
         return group_a16_decode_mgpu(fmt, x_parts[0], w, w_scale, col_scale, post=post,
-                                     out_dtype=out_dtype, interpret=interpret)
+                                     out_dtype=out_dtype, deterministic=deterministic,
+                                     interpret=interpret)
     if path == "mgpu":
         from .group_a16_mgpu import group_a16_matmul_mgpu
         return group_a16_matmul_mgpu(fmt, x_parts[0], w, w_scale, col_scale, post=post,

@@ -149,7 +149,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
 
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
-                block_scales: jax.Array | None = None) -> jax.Array:
+                block_scales: jax.Array | None = None, block_chains: bool = False
+                ) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
     sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
     (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
@@ -159,6 +160,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     weight blocks' scales, the columns padded to a multiple of 4 (TMA rows of 16 bytes): each
     K-block's chain then runs from zero and is added times its block's scale to the range's
     float32 total, in K order (a CTA's row of them copied to shared memory once).
+    block_chains: without block_scales, the same per-K-block chains added to the range's total
+    unscaled (deterministic mode's sums: group_a16_decode_mgpu).
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -209,11 +212,12 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
             plgpu.wait_smem_to_gmem(0)
 
-        def by_blocks(out_smem, a_smem, bs_smem, bs_bar):
-            # the CTA's 128-row block's scales, once; then per K-block a chain from zero
-            plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS // BLOCK, 1)], bs_smem,
-                                    bs_bar)
-            plgpu.barrier_wait(bs_bar)
+        def by_blocks(out_smem, a_smem, bs_smem=None, bs_bar=None):
+            # the CTA's 128-row block's scales (if any), once; then per K-block a chain from zero
+            if bs_smem is not None:
+                plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS // BLOCK, 1)],
+                                        bs_smem, bs_bar)
+                plgpu.barrier_wait(bs_bar)
 
             def step(idx, w_smem, x_smem, *rest):
                 *s_smem, total = rest
@@ -226,8 +230,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                         plgpu.wgmma_wait(0)
                         return acc[...]
                     part = pl.run_scoped(chain, plgpu.ACC((WG_ROWS, block_m), F32))
-                    kb = (split * steps + idx[0]) * blocks + j
-                    total = total + part * lax.broadcast_in_dim(bs_smem[0, kb], part.shape, ())
+                    if bs_smem is not None:
+                        kb = (split * steps + idx[0]) * blocks + j
+                        part = part * lax.broadcast_in_dim(bs_smem[0, kb], part.shape, ())
+                    total = total + part
                 return total
 
             total = plgpu.emit_pipeline(
@@ -256,6 +262,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                                                 bs_smem, bs_bar),
                 plgpu.SMEM((WG_ROWS, block_m), F32), plgpu.SMEM((1, block_scales.shape[1]), F32),
                 plgpu.Barrier(num_arrivals=1), *scratch)
+            return
+        if block_chains:
+            pl.run_scoped(lambda out_smem, *a: by_blocks(out_smem, a[0] if a else None),
+                          plgpu.SMEM((WG_ROWS, block_m), F32), *scratch)
             return
         pl.run_scoped(
             lambda out_smem, *a: pl.run_scoped(

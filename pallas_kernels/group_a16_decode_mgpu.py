@@ -15,8 +15,14 @@ code * group scale / post factor, exact in bf16 as in group_a16_mgpu) in float32
 over its K range from zero; XLA adds the ranges' float32 slabs in K order, applies the post
 factor and NVFP4's global scale (RowFinish.xla: the same float32 operations as group_a16_mgpu's
 finish) and rounds once. The same products as the XLA reference; the float32 sums run in another
-order than group_a16_mgpu's (so default mode's bits differ between M <= 16 and above;
-deterministic mode never runs this kernel).
+order than group_a16_mgpu's (so default mode's bits differ between M <= 16 and above).
+
+deterministic=True (session 28, prepared): group_a16_mgpu's deterministic sums instead -- each
+K-block's chain from zero added in K order within det_k_parts' parts, a K range each, the
+slabs added by det_groups -- bitwise that kernel's in the interpreter; the dispatcher's
+deterministic mode keeps group_a16_mgpu until the GPU shows the same bits
+(test_gpu_deterministic_order_is_group_a16_mgpus_bitwise) and the probe the speed
+(probe_group_decode_plain.py --det); path="decode" runs it.
 
 H200, session 28 (benchmarks/probe_group_decode_plain.py, through the dispatcher beside
 group_a16_mgpu, 11 shapes, same run, results/h200_fp4_grid_decode_s28.json), speed over
@@ -34,8 +40,10 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from .common import current_k_shards, device_ranges
 from .fp8_a16_decode_mgpu import DECODE_MAX_M, plain_slabs
-from .fp8_heuristics import num_sms
+from .fp8_block_a16_mgpu import det_groups
+from .fp8_heuristics import det_k_parts, num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, RowFinish
@@ -43,7 +51,7 @@ from .mgpu_group_decode import FORMATS, decode, decode_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k
 
 __all__ = ["group_a16_decode_mgpu", "group_decode_params", "GroupDecodeParams",
-           "group_decode_fits", "step_blocks", "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS",
+           "group_decode_fits", "det_order", "det_refusal", "step_blocks", "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS",
            "MAX_SPLITS", "DECODE_MAX_M"]
 
 F32 = jnp.float32
@@ -95,10 +103,34 @@ def group_decode_params(fmt: str, n: int, k: int, sms: int | None = None) -> Gro
     return GroupDecodeParams(splits, STAGES, load)
 
 
+def det_order(fmt: str, n: int, k: int) -> tuple[int, int, int]:
+    """Deterministic mode's K order for an (N, K) weight of fmt (group_a16_mgpu's det_params:
+    det_k_parts(K) parts of the unsharded K, each from zero, summed by det_groups' groups) as
+    this kernel runs it: (K parts, groups, parts on this device -- its K ranges)."""
+    shards = current_k_shards()
+    count = 1 if shards is None else shards.count
+    parts = det_k_parts(k * count, BLOCK)
+    return parts, det_groups(n, parts), device_ranges(parts, k * count, count)
+
+
+def det_refusal(fmt: str, m: int, n: int, k: int) -> str | None:
+    """None, or why deterministic mode's order cannot run here: the problem must fit the kernel
+    and each of det_k_parts' parts hold whole pipeline steps (the 16-byte TMA row of scales:
+    2 K-blocks NVFP4, 4 MX) -- K=7168 (7 K-blocks a part) cannot, nor MX at K=14336 / 18432."""
+    if not group_decode_fits(fmt, m, n, k):
+        return (f"it needs 1 <= M <= {DECODE_MAX_M}, N a multiple of {WG_ROWS} and K of "
+                f"{BLOCK * step_blocks(fmt)}, got M={m}, N={n}, K={k}")
+    parts, _, _ = det_order(fmt, n, k)
+    if (k // BLOCK // parts) % step_blocks(fmt):
+        return (f"deterministic mode's {parts} K parts of {k // BLOCK // parts} K-blocks do not "
+                f"hold whole {step_blocks(fmt)}-block steps of {fmt}")
+    return None
+
+
 def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
                           col_scale: jax.Array | None = None, *, post: str = "none",
                           splits: int | None = None, stages: int | None = None,
-                          load: str | None = None, out_dtype=None,
+                          load: str | None = None, out_dtype=None, deterministic: bool = False,
                           interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16 @ (code(w) * scale(w_scale))^T in out_dtype (default x's); for
     NVFP4 then `post` ("div" | "mul") by col_scale (float32 (N,)) per output column.
@@ -106,7 +138,12 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     fmt, w, w_scale, col_scale, post: as group_a16_mgpu.group_a16_matmul_mgpu takes them (codes
     and scales as stored). M <= DECODE_MAX_M, N a multiple of 64, K of 256 (NVFP4) / 512 (MX).
     splits, stages, load: the launch (None: group_decode_params'); load "words" for e2m1 codes
-    only. interpret: Mosaic GPU's interpreter (the decode by jnp: the same values)."""
+    only. interpret: Mosaic GPU's interpreter (the decode by jnp: the same values).
+    deterministic: group_a16_mgpu's deterministic sums (det_order: each K-block's chain from
+    zero added in K order within det_k_parts' parts, one K range each, the ranges' slabs added
+    by det_groups), codes read as reads_words says -- M-free; splits and load must be left
+    unset. Prepared in session 28: bitwise the Mosaic kernel's in the interpreter, unmeasured
+    and not yet shown bitwise on the GPU, so the dispatcher does not choose it."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape
@@ -118,6 +155,14 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                          f"of {WG_ROWS} and K of {BLOCK * step_blocks(fmt)} ({fmt}); got M={m},"
                          f" N={n}, K={k}")
     auto = group_decode_params(fmt, n, k)
+    groups = 1
+    if deterministic:
+        if splits is not None or load is not None:
+            raise ValueError("group_a16_decode_mgpu: deterministic mode's launch is fixed by "
+                             "(N, K): leave splits and load unset")
+        if why := det_refusal(fmt, m, n, k):
+            raise ValueError(f"group_a16_decode_mgpu: deterministic mode cannot run here: {why}")
+        _, groups, splits = det_order(fmt, n, k)
     splits, stages, load = splits or auto.splits, stages or auto.stages, load or auto.load
     blocks = step_blocks(fmt)
     if k % (BLOCK * blocks * splits):
@@ -143,8 +188,10 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         return decode(w_ref[...].astype(F32).astype(x.dtype), s_ref, f)  # e4m3: exact first
 
     slabs = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
-                        stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret)
-    total = sum_device_splits(slabs, splits, n, slabs.shape[2])  # ranges in K order
+                        stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
+                        block_chains=deterministic)
+    # ranges (inside k_shards every device's) in K order, by groups
+    total = sum_device_splits(slabs, splits, n, slabs.shape[2], groups=groups)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
     total = total * f.post_factor if finish is None else finish.xla(total)
     return total[:, :m].T.astype(jnp.dtype(out_dtype or x.dtype))

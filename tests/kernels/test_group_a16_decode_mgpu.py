@@ -205,6 +205,79 @@ def test_apply_runs_it_and_describes_it(rng, monkeypatch, name, m):
     assert describe_config(kernel, m, qw, qw.spec, x.dtype, True)["path"].startswith("mgpu")
 
 
+def _det_pair(x, qw, **kw):
+    """(group_a16_mgpu's deterministic result, this kernel's deterministic result), float32."""
+    from pallas_kernels.group_a16_mgpu import group_a16_matmul_mgpu
+    fmt = FMT_OF["nvfp4_a16" if qw.spec.weight.scale_dtype == "float8_e4m3fn" else
+                 "mxfp4_a16"]
+    col, post = nvfp4_post_scale(qw, qw.spec) if fmt == "nvfp4" else (None, "none")
+    args = (fmt, x, qw.data, qw.scale, col)
+    common = dict(post=post, out_dtype=jnp.float32, deterministic=True, **kw)
+    return (group_a16_matmul_mgpu(*args, **common), group_a16_decode_mgpu(*args, **common))
+
+
+@pytest.mark.parametrize("name,m,n,k,words", [
+    ("nvfp4_a16", 11, 128, 2048, False),  # 8 parts of 2 K-blocks (one step each), 2 groups
+    ("nvfp4_a16", 16, 128, 4096, True),  # codes read as words (x permuted) in both kernels
+    ("mxfp4_a16", 9, 256, 4096, False),  # 8 parts of 4 K-blocks (one MX step each)
+])
+def test_deterministic_order_is_group_a16_mgpus_bitwise(rng, monkeypatch, name, m, n, k, words):
+    """deterministic=True: the Mosaic kernel's deterministic sums to the last bit (float32
+    output, interpreter). M 9-16: both kernels' x tiles are 16 rows here (the interpreter's
+    narrowest deterministic tile is 16, the GPU's 8: the interpreter's dot bits follow the
+    tile's width, the GPU's wgmma's do not -- test_gpu_x_tile_width_does_not_change_a_row)."""
+    from pallas_kernels import group_a16_decode_mgpu as gd, group_a16_mgpu as ga
+    if words:
+        monkeypatch.setattr(ga, "reads_words", lambda *a: True)
+        monkeypatch.setattr(gd, "reads_words", lambda *a: True)
+    x, qw = _make(rng, name, m, n, k)
+    want, got = _det_pair(x, qw, interpret=True)
+    assert np.isfinite(np.asarray(got)).all()
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    _check(got.astype(jnp.bfloat16), x, qw)
+
+
+def test_deterministic_rows_keep_their_bits_across_m(rng):
+    """M <= 8 (8-row x tiles): rows alone equal the same rows among others, bitwise; within the
+    float64 bound."""
+    x, qw = _make(rng, "nvfp4_a16", 7, 128, 2048)
+    many = _run(x, qw, deterministic=True, out_dtype=jnp.float32, interpret=True)
+    one = _run(x[2:3], qw, deterministic=True, out_dtype=jnp.float32, interpret=True)
+    np.testing.assert_array_equal(np.asarray(one)[0], np.asarray(many)[2])
+    _check(many.astype(jnp.bfloat16), x, qw)
+
+
+def test_deterministic_refusals(rng):
+    from pallas_kernels.group_a16_decode_mgpu import det_order, det_refusal
+    assert det_order("nvfp4", 4096, 4096) == (8, 2, 8)
+    assert det_order("nvfp4", 57344, 8192) == (8, 1, 8)  # past DET_GROUPS_MAX_N: one group
+    assert det_refusal("nvfp4", 1, 4096, 4096) is None
+    assert "7 K-blocks" in det_refusal("nvfp4", 1, 24576, 7168)
+    assert det_refusal("mxfp4", 1, 4096, 14336) and det_refusal("nvfp4", 1, 4096, 14336) is None
+    x, qw = _make(rng, "nvfp4_a16", 1, 128, 512)
+    with pytest.raises(ValueError, match="leave splits and load unset"):
+        _run(x, qw, deterministic=True, splits=2, interpret=True)
+    with pytest.raises(ValueError, match="deterministic mode cannot run here.*do not hold whole"):
+        _run(*_make(rng, "mxfp4_a16", 1, 64, 1536), deterministic=True, interpret=True)
+    from pallas_kernels.fp4_matmul import mgpu_path
+    with pytest.raises(ValueError, match="path='decode' cannot run.*7 K-blocks"):
+        mgpu_path("nvfp4", 1, 4096, 7168, 1, jnp.bfloat16, deterministic=True, config=None,
+                  path="decode", interpret=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,k,n", [("nvfp4_a16", 4096, 4096), ("nvfp4_a16", 8192, 8192),
+                                      ("mxfp4_a16", 4096, 6144), ("nvfp4_a16", 18432, 7168)])
+def test_gpu_deterministic_order_is_group_a16_mgpus_bitwise(rng, name, k, n):
+    """On the H200 the deterministic decode gives group_a16_mgpu's deterministic bits at M=1,
+    8, 9 and 16 (8192x8192: codes as words) -- what the dispatcher needs before it may run this
+    kernel at M <= 16 and that one above in deterministic mode (session 28: prepared, unrun)."""
+    for m in (1, 8, 9, 16):
+        x, qw = _make(rng, name, m, n, k)
+        want, got = jax.jit(lambda x: _det_pair(x, qw))(x)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"M={m}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,modelopt", [("nvfp4_a16", False), ("nvfp4_a16", True),
                                            ("mxfp4_a16", False), ("mxfp8_a16", False)])
