@@ -18,7 +18,14 @@ scale, added in K order; not measured, not the dispatcher's choice). First run, 
 dispatcher (the warp-specialized Mosaic kernel for fp8_block_a16):
     PYTHONPATH=. python3 benchmarks/probe_decode_plain.py --format fp8_block_a16 \
         --shapes all --m 1,16 --grid 1,2,4,8:2,4 --out $OUT/block_plain.json
-Prediction: registers ~95-110 (a float32 total beside the accumulator), so four CTAs an SM;
+Also prepared then: deterministic mode's order on this kernel (fp8_a16_decode_mgpu(...,
+deterministic=True), bitwise the Mosaic kernel's in the interpreter), beside the dispatcher's
+deterministic mode (the Mosaic kernel):
+    PYTHONPATH=. python3 benchmarks/probe_decode_plain.py --format fp8_per_channel_a16 \
+        --shapes all --m 1,16 --grid none --det --out $OUT/det_plain.json
+Prediction: det / default ~1.00-1.08 at M=1 (8 K ranges where default takes 1-8; the slabs'
+round trip on the widest N), against 0.98-1.27 with the Mosaic kernel now.
+Block-scale prediction: registers ~95-110 (a float32 total beside the accumulator), so four CTAs an SM;
 within 0.97 of the whole-K kernel's time on the same shape (a scale multiply-add per K-block
 and row is small against the conversion), i.e. +4-5% over the Mosaic kernel at M=1 geomean.
 """
@@ -45,6 +52,18 @@ def launch_op(fmt: str, splits: int, stages: int) -> bench.Op:
     return bench.Op(f"plain_k{splits}_st{stages}", fmt, "default", fn)
 
 
+def det_op(fmt: str) -> bench.Op:
+    """The kernel in deterministic mode's order (session 28, prepared; the dispatcher's
+    deterministic mode runs fp8_block_a16_mgpu's det_params launch)."""
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        scale, kind = _weight_scale(qw, qw.spec)
+        return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, deterministic=True,
+                                   interpret=interpret)
+    return bench.Op("plain_det", fmt, "det", fn)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,13 +74,19 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--format", default="fp8_per_channel_a16",
                    choices=["fp8_per_channel_a16", "fp8_per_tensor_a16", "fp8_block_a16"])
-    p.add_argument("--grid", default="1,2,4,8:2,4", help="SPLITS:STAGES lists")
+    p.add_argument("--grid", default="1,2,4,8:2,4", help="SPLITS:STAGES lists, or none")
+    p.add_argument("--det", action="store_true",
+                   help="also deterministic mode: the dispatcher's and this kernel's order")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
-    splits, stages = (tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
+    splits, stages = ((), ()) if args.grid == "none" else (
+        tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
     ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", args.format)] + [
         launch_op(args.format, sp, st) for sp in splits for st in stages]
+    if args.det:
+        ops += [bench.kernel_op("pallas_fp8_w8a16", args.format, deterministic=True),
+                det_op(args.format)]
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

@@ -41,12 +41,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .fp8_heuristics import num_sms
+from .common import current_k_shards, device_ranges
+from .fp8_block_a16_mgpu import det_groups
+from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled, zero_total
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
-           "decode_fits", "plain_slabs"]
+           "decode_fits", "plain_slabs", "det_order", "SCALE_KINDS"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -100,9 +102,21 @@ def decode_params(n: int, k: int, sms: int | None = None) -> DecodeParams:
     return DecodeParams(splits, MAX_STAGES if per_sm < FEW_CTAS else 2)
 
 
+def det_order(n: int, k: int) -> tuple[int, int, int]:
+    """Deterministic mode's K order for an (N, K) weight (fp8_block_a16_mgpu.det_params':
+    det_k_parts(K) parts of the unsharded K, each from zero, added in K order by det_groups'
+    groups) as the plain kernel runs it: (K parts, groups, parts on this device -- its K
+    ranges; inside common.k_shards a share of them)."""
+    shards = current_k_shards()
+    count = 1 if shards is None else shards.count
+    parts = det_k_parts(k * count, BLOCK)
+    return parts, det_groups(n, parts), device_ranges(parts, k * count, count)
+
+
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
-                        out_dtype=None, interpret: bool = False) -> jax.Array:
+                        out_dtype=None, deterministic: bool = False,
+                        interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
 
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
@@ -110,7 +124,12 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     ("block": 128x128 weight blocks -- each K-block's float32 chain from zero, times its
     block's scale, added in K order; prepared in session 28, not measured, not the
     dispatcher's choice: path="decode" runs it).
-    splits, stages: the launch (None: decode_params'). interpret: Mosaic GPU's interpreter."""
+    splits, stages: the launch (None: decode_params'). interpret: Mosaic GPU's interpreter.
+    deterministic: fp8_block_a16_mgpu's deterministic sums instead (det_order: each K-block's
+    chain from zero times its scale -- block, channel or tensor -- added in K order within
+    det_k_parts' parts, a K range each, the slabs added by det_groups); M-free, splits unset.
+    Prepared in session 28: bitwise that kernel's in the interpreter, not yet shown so on the
+    GPU nor measured, so the dispatcher does not choose it (path="decode" runs it)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -130,27 +149,36 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         raise ValueError(f"fp8_a16_decode_mgpu: needs 1 <= M <= {DECODE_MAX_M}, N a multiple of "
                          f"{WG_ROWS} and K of {BLOCK}; got M={m}, N={n}, K={k}")
     auto = decode_params(n, k)
+    groups = 1
+    if deterministic:
+        if splits is not None:
+            raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
+                             "(N, K): leave splits unset")
+        _, groups, splits = det_order(n, k)
     splits, stages = splits or auto.splits, stages or auto.stages
     if k % (BLOCK * splits):
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
                          f"{BLOCK}-wide blocks")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    block = None
+    block = rows = None
     if scale_kind == "block":  # (the columns padded for TMA's 16-byte rows)
         block = jnp.pad(w_scale, ((0, 0), (0, -(k // BLOCK) % 4)))
+    elif deterministic:  # whole-K scales, applied per K-block as the Mosaic kernel does
+        rows = jnp.broadcast_to(w_scale.reshape(-1), (n,))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
-                    block_scales=block)
-    total = sum_device_splits(y, splits, n, y.shape[2])  # ranges (devices') in K order
-    if scale_kind == "block":  # (applied per K-block in the CTAs)
+                    block_scales=block, row_scales=rows)
+    # ranges (inside k_shards every device's) in K order, by groups
+    total = sum_device_splits(y, splits, n, y.shape[2], groups=groups)
+    if block is not None or rows is not None:  # (applied per K-block in the CTAs)
         return total[:, :m].T.astype(out_dtype)
     return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)
 
 
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
-                block_scales: jax.Array | None = None, block_chains: bool = False
-                ) -> jax.Array:
+                block_scales: jax.Array | None = None, row_scales: jax.Array | None = None,
+                block_chains: bool = False) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
     sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
     (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
@@ -160,7 +188,9 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     weight blocks' scales, the columns padded to a multiple of 4 (TMA rows of 16 bytes): each
     K-block's chain then runs from zero and is added times its block's scale to the range's
     float32 total, in K order (a CTA's row of them copied to shared memory once).
-    block_chains: without block_scales, the same per-K-block chains added to the range's total
+    row_scales: float32 (N,), one factor per weight row for every K-block (whole-K scales in
+    deterministic mode's per-block order), the CTA's 64 copied once.
+    block_chains: the same per-K-block chains added to the range's total, without scales
     unscaled (deterministic mode's sums: group_a16_decode_mgpu).
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
@@ -212,12 +242,19 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
             plgpu.wait_smem_to_gmem(0)
 
-        def by_blocks(out_smem, a_smem, bs_smem=None, bs_bar=None):
-            # the CTA's 128-row block's scales (if any), once; then per K-block a chain from zero
+        def by_blocks(out_smem, a_smem, bs_smem=None, bs_bar=None, rs_smem=None, rs_bar=None):
+            # the CTA's 128-row block's scales or its rows' scales (if any), once; then per
+            # K-block a chain from zero
             if bs_smem is not None:
                 plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS // BLOCK, 1)],
                                         bs_smem, bs_bar)
                 plgpu.barrier_wait(bs_bar)
+            row = None
+            if rs_smem is not None:
+                plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS, WG_ROWS)],
+                                        rs_smem, rs_bar)
+                plgpu.barrier_wait(rs_bar)
+                row = plgpu.load(rs_smem, layout=plgpu.Layout.WGMMA.reduce(1))
 
             def step(idx, w_smem, x_smem, *rest):
                 *s_smem, total = rest
@@ -233,6 +270,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                     if bs_smem is not None:
                         kb = (split * steps + idx[0]) * blocks + j
                         part = part * lax.broadcast_in_dim(bs_smem[0, kb], part.shape, ())
+                    if row is not None:
+                        part = part * lax.broadcast_in_dim(row, part.shape, [0])
                     total = total + part
                 return total
 
@@ -263,6 +302,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                 plgpu.SMEM((WG_ROWS, block_m), F32), plgpu.SMEM((1, block_scales.shape[1]), F32),
                 plgpu.Barrier(num_arrivals=1), *scratch)
             return
+        if row_scales is not None:
+            pl.run_scoped(
+                lambda out_smem, rs_smem, rs_bar, *a: by_blocks(
+                    out_smem, a[0] if a else None, rs_smem=rs_smem, rs_bar=rs_bar),
+                plgpu.SMEM((WG_ROWS, block_m), F32), plgpu.SMEM((WG_ROWS,), F32),
+                plgpu.Barrier(num_arrivals=1), *scratch)
+            return
         if block_chains:
             pl.run_scoped(lambda out_smem, *a: by_blocks(out_smem, a[0] if a else None),
                           plgpu.SMEM((WG_ROWS, block_m), F32), *scratch)
@@ -278,4 +324,6 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
         grid_names=("tile",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
         interpret=interpret_params(interpret))
-    return call(*[a for a in (w, x, scales, block_scales) if a is not None])
+    if block_scales is not None and row_scales is not None:
+        raise ValueError("plain_slabs: block_scales or row_scales, not both")
+    return call(*[a for a in (w, x, scales, block_scales, row_scales) if a is not None])

@@ -330,7 +330,8 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     scales only), "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
     fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128) or "decode"
     (fp8_a16_decode_mgpu: weight-only, M <= 16; the dispatcher's choice for whole-K weight
-    scales, block scales only when asked -- prepared in session 28, unmeasured); the last three
+    scales in default mode; block scales and deterministic mode's order (deterministic=True)
+    only when asked -- prepared in session 28, unmeasured); the last three
     are not batch-invariant (fp8_paths) except weight-only 'mgpu' with deterministic=True.
     config: the 'pallas' path's tiles (None for the other paths).
     deterministic: the 'mgpu' weight-only kernel's M-free schedule (the 'pallas' path's order
@@ -375,7 +376,7 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
             raise ValueError("the decode path runs weight-only: it needs x_scale_kind 'none', "
                              f"got {x_scale_kind!r}")
         return fp8_a16_decode_mgpu(x, w, w_scale, scale_kind=w_scale_kind, out_dtype=out_dtype,
-                                   interpret=interpret)
+                                   deterministic=deterministic, interpret=interpret)
     if path == "mgpu":
         if x_scale_kind == "none":
             return fp8_block_a16_matmul_mgpu(x, w, w_scale, scale_kind=w_scale_kind,

@@ -40,10 +40,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import current_k_shards, device_ranges
-from .fp8_a16_decode_mgpu import DECODE_MAX_M, plain_slabs
-from .fp8_block_a16_mgpu import det_groups
-from .fp8_heuristics import det_k_parts, num_sms
+from .fp8_a16_decode_mgpu import DECODE_MAX_M, det_order, plain_slabs
+from .fp8_heuristics import num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, RowFinish
@@ -51,7 +49,8 @@ from .mgpu_group_decode import FORMATS, decode, decode_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k
 
 __all__ = ["group_a16_decode_mgpu", "group_decode_params", "GroupDecodeParams",
-           "group_decode_fits", "det_order", "det_refusal", "step_blocks", "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS",
+           "group_decode_fits", "det_order", "det_refusal", "step_blocks", "LOADS",
+           "MIN_CTAS_PER_SM", "MIN_SPLITS",
            "MAX_SPLITS", "DECODE_MAX_M"]
 
 F32 = jnp.float32
@@ -103,16 +102,6 @@ def group_decode_params(fmt: str, n: int, k: int, sms: int | None = None) -> Gro
     return GroupDecodeParams(splits, STAGES, load)
 
 
-def det_order(fmt: str, n: int, k: int) -> tuple[int, int, int]:
-    """Deterministic mode's K order for an (N, K) weight of fmt (group_a16_mgpu's det_params:
-    det_k_parts(K) parts of the unsharded K, each from zero, summed by det_groups' groups) as
-    this kernel runs it: (K parts, groups, parts on this device -- its K ranges)."""
-    shards = current_k_shards()
-    count = 1 if shards is None else shards.count
-    parts = det_k_parts(k * count, BLOCK)
-    return parts, det_groups(n, parts), device_ranges(parts, k * count, count)
-
-
 def det_refusal(fmt: str, m: int, n: int, k: int) -> str | None:
     """None, or why deterministic mode's order cannot run here: the problem must fit the kernel
     and each of det_k_parts' parts hold whole pipeline steps (the 16-byte TMA row of scales:
@@ -120,7 +109,7 @@ def det_refusal(fmt: str, m: int, n: int, k: int) -> str | None:
     if not group_decode_fits(fmt, m, n, k):
         return (f"it needs 1 <= M <= {DECODE_MAX_M}, N a multiple of {WG_ROWS} and K of "
                 f"{BLOCK * step_blocks(fmt)}, got M={m}, N={n}, K={k}")
-    parts, _, _ = det_order(fmt, n, k)
+    parts, _, _ = det_order(n, k)
     if (k // BLOCK // parts) % step_blocks(fmt):
         return (f"deterministic mode's {parts} K parts of {k // BLOCK // parts} K-blocks do not "
                 f"hold whole {step_blocks(fmt)}-block steps of {fmt}")
@@ -141,8 +130,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     only. interpret: Mosaic GPU's interpreter (the decode by jnp: the same values).
     deterministic: group_a16_mgpu's deterministic sums (det_order: each K-block's chain from
     zero added in K order within det_k_parts' parts, one K range each, the ranges' slabs added
-    by det_groups), codes read as reads_words says -- M-free; splits and load must be left
-    unset. Prepared in session 28: bitwise the Mosaic kernel's in the interpreter, unmeasured
+    by det_groups: fp8_a16_decode_mgpu.det_order), codes read as reads_words says -- M-free;
+    splits and load must be left unset. Prepared in session 28: bitwise the Mosaic kernel's in the interpreter, unmeasured
     and not yet shown bitwise on the GPU, so the dispatcher does not choose it."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
@@ -162,7 +151,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                              "(N, K): leave splits and load unset")
         if why := det_refusal(fmt, m, n, k):
             raise ValueError(f"group_a16_decode_mgpu: deterministic mode cannot run here: {why}")
-        _, groups, splits = det_order(fmt, n, k)
+        _, groups, splits = det_order(n, k)
     splits, stages, load = splits or auto.splits, stages or auto.stages, load or auto.load
     blocks = step_blocks(fmt)
     if k % (BLOCK * blocks * splits):

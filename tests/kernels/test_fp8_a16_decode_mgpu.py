@@ -71,6 +71,69 @@ def test_block_scales_run_when_the_decode_path_is_asked_for(rng):
                     interpret=True, n=256, k=768, x_dtype=x.dtype) == "mgpu"
 
 
+def _det_pair(x, w, ws, kind, interpret):
+    """(fp8_block_a16_mgpu's deterministic result, this kernel's), float32."""
+    from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
+    from pallas_kernels.fp8_core import mgpu_launch_params
+    m, k = x.shape
+    launch = mgpu_launch_params(True, m, w.shape[0], k, interpret, True)
+    want = fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind=kind, out_dtype=jnp.float32,
+                                     interpret=interpret, **launch)
+    got = fp8_a16_decode_mgpu(x, w, ws, scale_kind=kind, deterministic=True,
+                              out_dtype=jnp.float32, interpret=interpret)
+    return want, got
+
+
+@pytest.mark.parametrize("kind,m,n,k", [
+    ("channel", 11, 128, 2048),  # 8 parts, two groups
+    ("tensor", 16, 256, 1024),
+    ("block", 9, 256, 2048),
+    ("channel", 12, 128, 896),  # 7 K-blocks: one part
+])
+def test_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, m, n, k):
+    """deterministic=True: fp8_block_a16_mgpu's deterministic sums to the last bit (float32
+    output, interpreter; M 9-16, where both kernels' x tiles are 16 rows -- the interpreter's
+    dot bits follow the tile width, the GPU's wgmma's do not), where default mode's differ."""
+    x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
+    want, got = _det_pair(x, w, ws, kind, True)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    default = fp8_a16_decode_mgpu(x, w, ws, scale_kind=kind, out_dtype=jnp.float32,
+                                  interpret=True)
+    assert (np.asarray(default) != np.asarray(want)).any()  # (the check can tell orders apart)
+    _check(got.astype(x.dtype), x, w, ws)
+
+
+def test_deterministic_rows_keep_their_bits_across_m(rng):
+    x, w, ws = _operands(rng, 6, 192, 1024, jnp.bfloat16, "channel")
+    run = lambda x: fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", deterministic=True,
+                                        out_dtype=jnp.float32, interpret=True)
+    np.testing.assert_array_equal(np.asarray(run(x[4:5]))[0], np.asarray(run(x))[4])
+    with pytest.raises(ValueError, match="leave splits unset"):
+        fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", deterministic=True, splits=2,
+                            interpret=True)
+    # the fp8 kernel's path='decode' in deterministic mode is this order (asked for only)
+    from pallas_kernels.fp8_w8a16 import w8a16_matmul
+    got = w8a16_matmul(x, w, ws, scale_kind="channel", path="decode", deterministic=True,
+                       interpret=True)
+    want = fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", deterministic=True,
+                               interpret=True)
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)),
+                                  np.asarray(want.astype(jnp.float32)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "tensor", "block"])
+@pytest.mark.parametrize("k,n", [(4096, 4096), (7168, 24576), (8192, 8192)])
+def test_gpu_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, k, n):
+    """On the H200 the deterministic order gives fp8_block_a16_mgpu's deterministic bits at
+    M=1, 8, 9 and 16 -- what the dispatcher needs before it may run this kernel at M <= 16
+    and that one above in deterministic mode (session 28: prepared, unrun)."""
+    for m in (1, 8, 9, 16):
+        x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
+        want, got = jax.jit(lambda *a: _det_pair(*a, kind, False))(x, w, ws)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"M={m}")
+
+
 def test_interpreter_launch_rule_matches_float64(rng):
     """decode_params' own launch (None: the rule's splits and stages) at M=1."""
     x, w, ws = _operands(rng, 1, 256, 512, jnp.bfloat16, "channel")
@@ -79,12 +142,16 @@ def test_interpreter_launch_rule_matches_float64(rng):
 
 @pytest.mark.parametrize("m,splits,kind", [(1, 1, "channel"), (1, 4, "channel"),
                                            (16, 1, "channel"), (11, 2, "channel"),
-                                           (1, 2, "block"), (16, 4, "block")])
+                                           (1, 2, "block"), (16, 4, "block"),
+                                           (1, "det", "channel"), (16, "det", "tensor"),
+                                           (9, "det", "block")])
 def test_lowers_for_cuda_on_cpu(m, splits, kind):
     x = jnp.ones((m, 4096), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
-    ws = jax.ShapeDtypeStruct((4096, 1) if kind == "channel" else (32, 32), jnp.float32)
-    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, splits=splits))
+    ws = jax.ShapeDtypeStruct({"channel": (4096, 1), "tensor": (1, 1), "block": (32, 32)}[kind],
+                              jnp.float32)
+    launch = dict(deterministic=True) if splits == "det" else dict(splits=splits)
+    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, **launch))
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 
 

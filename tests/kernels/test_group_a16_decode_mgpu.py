@@ -87,10 +87,12 @@ def test_interpreter_launch_rule_and_float32_output(rng):
 
 
 @pytest.mark.parametrize("name,load", [("nvfp4_a16", "bytes"), ("nvfp4_a16", "words"),
-                                       ("mxfp4_a16", "words"), ("mxfp8_a16", "bytes")])
+                                       ("mxfp4_a16", "words"), ("mxfp8_a16", "bytes"),
+                                       ("nvfp4_a16", "det"), ("mxfp4_a16", "det")])
 def test_lowers_for_cuda_on_cpu(rng, name, load):
-    x, qw = _make(rng, name, 16, 256, 2048)
-    f = jax.jit(lambda x: _run(x, qw, splits=2, load=load))
+    x, qw = _make(rng, name, 16, 256, 4096)
+    launch = dict(deterministic=True) if load == "det" else dict(splits=2, load=load)
+    f = jax.jit(lambda x: _run(x, qw, **launch))
     assert "mosaic_gpu" in f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -249,8 +251,8 @@ def test_deterministic_rows_keep_their_bits_across_m(rng):
 
 def test_deterministic_refusals(rng):
     from pallas_kernels.group_a16_decode_mgpu import det_order, det_refusal
-    assert det_order("nvfp4", 4096, 4096) == (8, 2, 8)
-    assert det_order("nvfp4", 57344, 8192) == (8, 1, 8)  # past DET_GROUPS_MAX_N: one group
+    assert det_order(4096, 4096) == (8, 2, 8)
+    assert det_order(57344, 8192) == (8, 1, 8)  # past DET_GROUPS_MAX_N: one group
     assert det_refusal("nvfp4", 1, 4096, 4096) is None
     assert "7 K-blocks" in det_refusal("nvfp4", 1, 24576, 7168)
     assert det_refusal("mxfp4", 1, 4096, 14336) and det_refusal("nvfp4", 1, 4096, 14336) is None
