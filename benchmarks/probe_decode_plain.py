@@ -25,8 +25,8 @@ deterministic mode (the Mosaic kernel):
         --shapes all --m 1,16 --grid none --det --out $OUT/det_plain.json
 Prediction: det / default ~1.00-1.08 at M=1 (8 K ranges where default takes 1-8; the slabs'
 round trip on the widest N), against 0.98-1.27 with the Mosaic kernel now.
-Block-scale prediction: registers ~95-110 (a float32 total beside the accumulator), so four CTAs an SM;
-within 0.97 of the whole-K kernel's time on the same shape (a scale multiply-add per K-block
+Block-scale prediction: registers ~95-110 (a float32 total beside the accumulator), so four
+CTAs an SM; within 0.97 of the whole-K kernel's time on the same shape (a scale multiply-add per K-block
 and row is small against the conversion), i.e. +4-5% over the Mosaic kernel at M=1 geomean.
 """
 

@@ -88,13 +88,10 @@ GROUP_FORMAT = {("e2m1", "e4m3"): "nvfp4", ("e2m1", "e8m0"): "mxfp4", ("e4m3", "
 
 def decode_refusal(fmt: str, m: int, n: int, k: int, parts: int, x_dtype) -> str | None:
     """None, or why the plain-pipeline decode kernel (group_a16_decode_mgpu) cannot take this."""
-    from .group_a16_decode_mgpu import DECODE_MAX_M, group_decode_fits, step_blocks
+    from .group_a16_decode_mgpu import fit_refusal
     if parts != 1 or jnp.dtype(x_dtype) != jnp.dtype(jnp.bfloat16):
         return "it takes one bf16 activation part"
-    if not group_decode_fits(fmt, m, n, k):
-        return (f"it needs 1 <= M <= {DECODE_MAX_M}, N a multiple of 64 and K of "
-                f"{128 * step_blocks(fmt)}, got M={m}, N={n}, K={k}")
-    return None
+    return fit_refusal(fmt, m, n, k)
 
 
 def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, deterministic: bool,

@@ -160,46 +160,46 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
                          f"{BLOCK}-wide blocks")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    block = rows = None
+    per_block = None  # scales the CTAs apply to each K-block's chain
     if scale_kind == "block":  # (the columns padded for TMA's 16-byte rows)
-        block = jnp.pad(w_scale, ((0, 0), (0, -(k // BLOCK) % 4)))
+        per_block = jnp.pad(w_scale, ((0, 0), (0, -(k // BLOCK) % 4)))
     elif deterministic:  # whole-K scales, applied per K-block as the Mosaic kernel does
-        rows = jnp.broadcast_to(w_scale.reshape(-1), (n,))
+        per_block = jnp.broadcast_to(w_scale.reshape(-1), (n,))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
-                    block_scales=block, row_scales=rows)
+                    chains="range" if per_block is None else "block", chain_scales=per_block)
     # ranges (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, splits, n, y.shape[2], groups=groups)
-    if block is not None or rows is not None:  # (applied per K-block in the CTAs)
+    if per_block is not None:
         return total[:, :m].T.astype(out_dtype)
     return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)
 
 
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
-                block_scales: jax.Array | None = None, row_scales: jax.Array | None = None,
-                block_chains: bool = False) -> jax.Array:
+                chains: str = "range", chain_scales: jax.Array | None = None) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
     sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
     (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
     A step is `blocks` K-blocks of 128; a_tile(w_ref, s_ref) -> one K-block's (64, 128) A
     operand in x's dtype (s_ref: its `c / blocks` scale columns; None without scales).
-    block_scales: None (one wgmma chain over the range), or float32 (N/128, >= K/128) -- 128x128
-    weight blocks' scales, the columns padded to a multiple of 4 (TMA rows of 16 bytes): each
-    K-block's chain then runs from zero and is added times its block's scale to the range's
-    float32 total, in K order (a CTA's row of them copied to shared memory once).
-    row_scales: float32 (N,), one factor per weight row for every K-block (whole-K scales in
-    deterministic mode's per-block order), the CTA's 64 copied once.
-    block_chains: the same per-K-block chains added to the range's total, without scales
-    unscaled (deterministic mode's sums: group_a16_decode_mgpu).
+    chains: "range" (one wgmma chain over the range) or "block" (each K-block's chain from zero,
+    added to the range's float32 total in K order: the Mosaic kernel's per-block sums), then
+    times chain_scales if given -- its shape says what it is: float32 (N/128, >= K/128) 128x128
+    blocks' scales, the columns padded to a multiple of 4 (TMA rows of 16 bytes), one value a
+    K-block; or (N,) one value a weight row for every K-block (whole-K scales in deterministic
+    mode's per-block order). A CTA's share is copied to shared memory once.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
-    if block_scales is not None and (block_scales.shape[0] * BLOCK < n
-                                     or block_scales.shape[1] % 4
-                                     or block_scales.shape[1] * BLOCK < k):
-        raise ValueError(f"plain_slabs: block_scales must be (N/128, >= K/128 in a multiple of "
-                         f"4), got {tuple(block_scales.shape)} for N={n}, K={k}")
+    if chains not in ("range", "block") or (chain_scales is not None and chains != "block"):
+        raise ValueError(f"plain_slabs: chains must be 'range' or 'block' (chain_scales: "
+                         f"'block' only), got {chains!r}")
+    cs = chain_scales
+    if cs is not None and not (cs.shape == (n,) or cs.ndim == 2 and cs.shape[0] * BLOCK >= n
+                               and cs.shape[1] % 4 == 0 and cs.shape[1] * BLOCK >= k):
+        raise ValueError(f"plain_slabs: chain_scales must be (N,) or (N/128, >= K/128 in a "
+                         f"multiple of 4), got {tuple(cs.shape)} for N={n}, K={k}")
     block_m = 8 if m <= 8 else 16
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
@@ -242,19 +242,17 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
             plgpu.wait_smem_to_gmem(0)
 
-        def by_blocks(out_smem, a_smem, bs_smem=None, bs_bar=None, rs_smem=None, rs_bar=None):
-            # the CTA's 128-row block's scales or its rows' scales (if any), once; then per
-            # K-block a chain from zero
-            if bs_smem is not None:
-                plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS // BLOCK, 1)],
-                                        bs_smem, bs_bar)
-                plgpu.barrier_wait(bs_bar)
+        def by_blocks(out_smem, a_smem, cs_smem=None, cs_bar=None):
+            # the CTA's share of chain_scales (if any), once: its 128-row block's row of block
+            # scales, or its 64 rows' scales; then per K-block a chain from zero
             row = None
-            if rs_smem is not None:
-                plgpu.copy_gmem_to_smem(refs[piped].at[pl.ds(tile * WG_ROWS, WG_ROWS)],
-                                        rs_smem, rs_bar)
-                plgpu.barrier_wait(rs_bar)
-                row = plgpu.load(rs_smem, layout=plgpu.Layout.WGMMA.reduce(1))
+            if cs_smem is not None:
+                share = (pl.ds(tile * WG_ROWS, WG_ROWS) if cs.ndim == 1 else
+                         pl.ds(tile * WG_ROWS // BLOCK, 1))
+                plgpu.copy_gmem_to_smem(refs[piped].at[share], cs_smem, cs_bar)
+                plgpu.barrier_wait(cs_bar)
+                if cs.ndim == 1:
+                    row = plgpu.load(cs_smem, layout=plgpu.Layout.WGMMA.reduce(1))
 
             def step(idx, w_smem, x_smem, *rest):
                 *s_smem, total = rest
@@ -267,11 +265,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                         plgpu.wgmma_wait(0)
                         return acc[...]
                     part = pl.run_scoped(chain, plgpu.ACC((WG_ROWS, block_m), F32))
-                    if bs_smem is not None:
-                        kb = (split * steps + idx[0]) * blocks + j
-                        part = part * lax.broadcast_in_dim(bs_smem[0, kb], part.shape, ())
                     if row is not None:
                         part = part * lax.broadcast_in_dim(row, part.shape, [0])
+                    elif cs_smem is not None:
+                        kb = (split * steps + idx[0]) * blocks + j
+                        part = part * lax.broadcast_in_dim(cs_smem[0, kb], part.shape, ())
                     total = total + part
                 return total
 
@@ -295,23 +293,14 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
 
         scratch = ([plgpu.SMEM((WG_ROWS, BLOCK), x.dtype, transforms=swizzled(x.dtype))]
                    if interpret else [])
-        if block_scales is not None:
+        if chains == "block":
+            held = [] if cs is None else [
+                plgpu.SMEM((WG_ROWS,) if cs.ndim == 1 else (1, cs.shape[1]), F32),
+                plgpu.Barrier(num_arrivals=1)]
             pl.run_scoped(
-                lambda out_smem, bs_smem, bs_bar, *a: by_blocks(out_smem, a[0] if a else None,
-                                                                bs_smem, bs_bar),
-                plgpu.SMEM((WG_ROWS, block_m), F32), plgpu.SMEM((1, block_scales.shape[1]), F32),
-                plgpu.Barrier(num_arrivals=1), *scratch)
-            return
-        if row_scales is not None:
-            pl.run_scoped(
-                lambda out_smem, rs_smem, rs_bar, *a: by_blocks(
-                    out_smem, a[0] if a else None, rs_smem=rs_smem, rs_bar=rs_bar),
-                plgpu.SMEM((WG_ROWS, block_m), F32), plgpu.SMEM((WG_ROWS,), F32),
-                plgpu.Barrier(num_arrivals=1), *scratch)
-            return
-        if block_chains:
-            pl.run_scoped(lambda out_smem, *a: by_blocks(out_smem, a[0] if a else None),
-                          plgpu.SMEM((WG_ROWS, block_m), F32), *scratch)
+                lambda out_smem, *rest: by_blocks(
+                    out_smem, rest[len(held)] if interpret else None, *rest[:len(held)]),
+                plgpu.SMEM((WG_ROWS, block_m), F32), *held, *scratch)
             return
         pl.run_scoped(
             lambda out_smem, *a: pl.run_scoped(
@@ -324,6 +313,4 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
         grid_names=("tile",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
         interpret=interpret_params(interpret))
-    if block_scales is not None and row_scales is not None:
-        raise ValueError("plain_slabs: block_scales or row_scales, not both")
-    return call(*[a for a in (w, x, scales, block_scales, row_scales) if a is not None])
+    return call(*[a for a in (w, x, scales, cs) if a is not None])

@@ -49,9 +49,8 @@ from .mgpu_group_decode import FORMATS, decode, decode_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k
 
 __all__ = ["group_a16_decode_mgpu", "group_decode_params", "GroupDecodeParams",
-           "group_decode_fits", "det_order", "det_refusal", "step_blocks", "LOADS",
-           "MIN_CTAS_PER_SM", "MIN_SPLITS",
-           "MAX_SPLITS", "DECODE_MAX_M"]
+           "group_decode_fits", "fit_refusal", "det_order", "det_refusal", "step_blocks",
+           "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS", "MAX_SPLITS", "DECODE_MAX_M"]
 
 F32 = jnp.float32
 LOADS = ("bytes", "words")
@@ -86,12 +85,19 @@ def group_decode_fits(fmt: str, m: int, n: int, k: int) -> bool:
             and k % (BLOCK * step_blocks(fmt)) == 0)
 
 
+def fit_refusal(fmt: str, m: int, n: int, k: int) -> str | None:
+    """None where group_decode_fits, else the reason (the one wording for every caller)."""
+    if group_decode_fits(fmt, m, n, k):
+        return None
+    return (f"it needs 1 <= M <= {DECODE_MAX_M}, N a multiple of {WG_ROWS} and K of "
+            f"{BLOCK * step_blocks(fmt)} ({fmt}), got M={m}, N={n}, K={k}")
+
+
 def group_decode_params(fmt: str, n: int, k: int, sms: int | None = None) -> GroupDecodeParams:
     """The launch for an (N, K) weight of fmt (M-free: the x tile alone follows M): K ranges,
     stages, and how the codes are read (group_a16_mgpu.reads_words' rule)."""
-    if not group_decode_fits(fmt, 1, n, k):
-        raise ValueError(f"group_decode_params: {fmt} needs N a multiple of {WG_ROWS} and K of "
-                         f"{BLOCK * step_blocks(fmt)}, got N={n}, K={k}")
+    if why := fit_refusal(fmt, 1, n, k):
+        raise ValueError(f"group_decode_params: {why}")
     sms = sms or num_sms()
     steps, tiles = k // (BLOCK * step_blocks(fmt)), n // WG_ROWS
     candidates = [s for s in (2 ** i for i in range(int(math.log2(MAX_SPLITS)) + 1))
@@ -106,12 +112,12 @@ def det_refusal(fmt: str, m: int, n: int, k: int) -> str | None:
     """None, or why deterministic mode's order cannot run here: the problem must fit the kernel
     and each of det_k_parts' parts hold whole pipeline steps (the 16-byte TMA row of scales:
     2 K-blocks NVFP4, 4 MX) -- K=7168 (7 K-blocks a part) cannot, nor MX at K=14336 / 18432."""
-    if not group_decode_fits(fmt, m, n, k):
-        return (f"it needs 1 <= M <= {DECODE_MAX_M}, N a multiple of {WG_ROWS} and K of "
-                f"{BLOCK * step_blocks(fmt)}, got M={m}, N={n}, K={k}")
-    parts, _, _ = det_order(n, k)
-    if (k // BLOCK // parts) % step_blocks(fmt):
-        return (f"deterministic mode's {parts} K parts of {k // BLOCK // parts} K-blocks do not "
+    if why := fit_refusal(fmt, m, n, k):
+        return why
+    parts, _, local = det_order(n, k)  # (k: this device's K; local: its parts)
+    per_part = k // BLOCK // local
+    if per_part % step_blocks(fmt):
+        return (f"deterministic mode's {parts} K parts of {per_part} K-blocks do not "
                 f"hold whole {step_blocks(fmt)}-block steps of {fmt}")
     return None
 
@@ -131,18 +137,17 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     deterministic: group_a16_mgpu's deterministic sums (det_order: each K-block's chain from
     zero added in K order within det_k_parts' parts, one K range each, the ranges' slabs added
     by det_groups: fp8_a16_decode_mgpu.det_order), codes read as reads_words says -- M-free;
-    splits and load must be left unset. Prepared in session 28: bitwise the Mosaic kernel's in the interpreter, unmeasured
-    and not yet shown bitwise on the GPU, so the dispatcher does not choose it."""
+    splits and load must be left unset. Prepared in session 28: bitwise the Mosaic kernel's in
+    the interpreter, unmeasured and not yet shown bitwise on the GPU, so the dispatcher does
+    not choose it."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape
     n = w.shape[0]
     if x.dtype != jnp.dtype(jnp.bfloat16):
         raise ValueError(f"group_a16_decode_mgpu: x must be bfloat16, got {x.dtype}")
-    if not group_decode_fits(fmt, m, n, k):
-        raise ValueError(f"group_a16_decode_mgpu: needs 1 <= M <= {DECODE_MAX_M}, N a multiple "
-                         f"of {WG_ROWS} and K of {BLOCK * step_blocks(fmt)} ({fmt}); got M={m},"
-                         f" N={n}, K={k}")
+    if why := fit_refusal(fmt, m, n, k):
+        raise ValueError(f"group_a16_decode_mgpu: {why}")
     auto = group_decode_params(fmt, n, k)
     groups = 1
     if deterministic:
@@ -178,7 +183,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
 
     slabs = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                         stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
-                        block_chains=deterministic)
+                        chains="block" if deterministic else "range")
     # ranges (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(slabs, splits, n, slabs.shape[2], groups=groups)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None

@@ -199,7 +199,8 @@ NVFP4 = register_kernel(Kernel(
     impl=_impl,
     honours=((_W_NVFP4, WEIGHT_ONLY), (_W_NVFP4, _A_NVFP4)),
     description="Pallas (Mosaic GPU: plain-pipeline decode at M <= 16, warp-specialized "
-                "at M <= 256 and deterministic; else Triton) NVFP4: e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
+                "at M <= 256 and deterministic; else Triton) NVFP4: "
+                "e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
                 "by the reference rule in a fused XLA pre-pass",
     **HOPPER_PALLAS,
@@ -210,7 +211,8 @@ MXFP4 = register_kernel(Kernel(
     impl=_impl,
     honours=((_W_MXFP4, WEIGHT_ONLY), (_W_MXFP4, _A_MXFP4)),
     description="Pallas (Mosaic GPU: plain-pipeline decode at M <= 16, warp-specialized "
-                "at M <= 256 and deterministic; else Triton) MXFP4: e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
+                "at M <= 256 and deterministic; else Triton) MXFP4: "
+                "e2m1 x 2^k/32 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation; MX activations quantized by the reference rule (XLA pre-pass)",
     **HOPPER_PALLAS,
 ))

@@ -256,6 +256,10 @@ def test_deterministic_refusals(rng):
     assert det_refusal("nvfp4", 1, 4096, 4096) is None
     assert "7 K-blocks" in det_refusal("nvfp4", 1, 24576, 7168)
     assert det_refusal("mxfp4", 1, 4096, 14336) and det_refusal("nvfp4", 1, 4096, 14336) is None
+    from pallas_kernels import k_shards
+    with k_shards("tp", 2):  # a device's K=2048 of 4096: 4 of the 8 parts, 4 K-blocks each
+        assert det_order(4096, 2048) == (8, 2, 4)
+        assert det_refusal("mxfp4", 1, 4096, 2048) is None
     x, qw = _make(rng, "nvfp4_a16", 1, 128, 512)
     with pytest.raises(ValueError, match="leave splits and load unset"):
         _run(x, qw, deterministic=True, splits=2, interpret=True)
