@@ -38,30 +38,44 @@ import jax
 
 from jqlin import bench
 from jqlin.kernels.pallas_fp8 import _weight_scale
+from pallas_kernels import w8a16_matmul
 from pallas_kernels.fp8_a16_decode_mgpu import fp8_a16_decode_mgpu
 
 
-def launch_op(fmt: str, splits: int, stages: int) -> bench.Op:
-    """The kernel at that launch (a K that `splits` does not divide: an error row)."""
+def launch_op(fmt: str, splits: int | None, stages: int | None) -> bench.Op:
+    """The kernel at that launch (None, None: decode_params'; a K that `splits` does not
+    divide: an error row)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         scale, kind = _weight_scale(qw, qw.spec)  # (the dispatcher's reading of the scales)
         return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, splits=splits,
                                    stages=stages, interpret=interpret)
-    return bench.Op(f"plain_k{splits}_st{stages}", fmt, "default", fn)
+    name = "plain_rule" if splits is None else f"plain_k{splits}_st{stages}"
+    return bench.Op(name, fmt, "default", fn)
 
 
-def det_op(fmt: str) -> bench.Op:
-    """The kernel in deterministic mode's order (session 28, prepared; the dispatcher's
-    deterministic mode runs fp8_block_a16_mgpu's det_params launch)."""
+def det_op(fmt: str, range_parts: int | None = None) -> bench.Op:
+    """The kernel in deterministic mode's order (session 28; the dispatcher's choice where
+    fp8_paths.det_decode_wins since session 29), range_parts of the K parts a CTA."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         scale, kind = _weight_scale(qw, qw.spec)
         return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, deterministic=True,
-                                   interpret=interpret)
-    return bench.Op("plain_det", fmt, "det", fn)
+                                   range_parts=range_parts, interpret=interpret)
+    return bench.Op("plain_det" + (f"_rp{range_parts}" if range_parts else ""), fmt, "det", fn)
+
+
+def mosaic_det_op(fmt: str) -> bench.Op:
+    """fp8_block_a16_mgpu's deterministic launch (path='mgpu'), whatever the dispatcher picks."""
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        scale, kind = _weight_scale(qw, qw.spec)
+        return w8a16_matmul(x, qw.data, scale, scale_kind=kind, deterministic=True,
+                            path="mgpu", interpret=interpret)
+    return bench.Op("mosaic_det", fmt, "det", fn)
 
 
 def main(argv=None) -> int:
@@ -77,6 +91,10 @@ def main(argv=None) -> int:
     p.add_argument("--grid", default="1,2,4,8:2,4", help="SPLITS:STAGES lists, or none")
     p.add_argument("--det", action="store_true",
                    help="also deterministic mode: the dispatcher's and this kernel's order")
+    p.add_argument("--det-range-parts", default="1",
+                   help="with --det: the decode kernel's deterministic launches, K parts a CTA")
+    p.add_argument("--rule", action="store_true",
+                   help="also the kernel at its own launch rule (decode_params)")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
@@ -84,9 +102,12 @@ def main(argv=None) -> int:
         tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
     ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", args.format)] + [
         launch_op(args.format, sp, st) for sp in splits for st in stages]
+    if args.rule:
+        ops.append(launch_op(args.format, None, None))
     if args.det:
         ops += [bench.kernel_op("pallas_fp8_w8a16", args.format, deterministic=True),
-                det_op(args.format)]
+                mosaic_det_op(args.format)]
+        ops += [det_op(args.format, int(r)) for r in args.det_range_parts.split(",")]
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

@@ -7,8 +7,8 @@ Sessions 27-28 ran it to find the launch rule (group_decode_params; NOTES.md):
         --grid 1,2,4,8,16:2 --loads rule --out $OUT/group_rule_m1.json
 --loads: bytes, words (e2m1 codes 8 a 32-bit load) or rule (group_decode_params' choice).
 W4A4 formats (nvfp4, mxfp4) get the dispatcher and group_a16_mgpu only. --det adds deterministic
-mode: the dispatcher's (group_a16_mgpu's det_params launch) and the decode kernel's in the same
-order (session 28, prepared), e.g. next session:
+mode: the dispatcher's (the decode kernel's since session 29) and group_a16_mgpu's det_params
+launch, e.g.:
     PYTHONPATH=. python3 benchmarks/probe_group_decode_plain.py --shapes all --m 1,16 \
         --grid none --det --out $OUT/group_det.json On CPU it runs a tiny
 interpreted smoke of the same ops.
@@ -37,7 +37,9 @@ def _operands(qw):
     return fmt, qw.data, qw.scale, col, post
 
 
-def plain_op(spec_name: str, splits: int, stages: int, load: str = "bytes") -> bench.Op:
+def plain_op(spec_name: str, splits: int | None, stages: int | None,
+             load: str = "bytes") -> bench.Op:
+    """The decode kernel at that launch (None, None: group_decode_params')."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
@@ -46,29 +48,33 @@ def plain_op(spec_name: str, splits: int, stages: int, load: str = "bytes") -> b
         return qw.trim_rows(group_a16_decode_mgpu(fmt, x, w, s, col, post=post, splits=splits,
                                                   stages=stages, load=how,
                                                   interpret=interpret))
-    tag = "" if load == "bytes" else f"_{load}"
-    return bench.Op(f"plain_k{splits}_st{stages}{tag}", spec_name, "default", fn)
+    tag = "" if load == "bytes" or splits is None else f"_{load}"
+    launch = "rule" if splits is None else f"k{splits}_st{stages}"
+    return bench.Op(f"plain_{launch}{tag}", spec_name, "default", fn)
 
 
-def det_op(spec_name: str) -> bench.Op:
+def det_op(spec_name: str, range_parts: int) -> bench.Op:
     """The decode kernel in deterministic mode's order (group_a16_decode_mgpu(deterministic=
-    True): session 28, prepared; the dispatcher's deterministic mode runs group_a16_mgpu)."""
+    True): the dispatcher's since session 29) with range_parts of the K parts a CTA."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         fmt, w, s, col, post = _operands(qw)
         return qw.trim_rows(group_a16_decode_mgpu(fmt, x, w, s, col, post=post,
-                                                  deterministic=True, interpret=interpret))
-    return bench.Op("plain_det", spec_name, "det", fn)
+                                                  deterministic=True, range_parts=range_parts,
+                                                  interpret=interpret))
+    return bench.Op(f"plain_det_rp{range_parts}", spec_name, "det", fn)
 
 
-def warp_specialized_op(spec_name: str) -> bench.Op:
-    """group_a16_mgpu (path='mgpu'), which default mode ran at M <= 16 before session 28."""
+def warp_specialized_op(spec_name: str, deterministic: bool = False) -> bench.Op:
+    """group_a16_mgpu (path='mgpu'), which default mode ran at M <= 16 before session 28 (and
+    deterministic mode before session 29)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
-        return apply(x, qw, qw.spec, path="mgpu", interpret=interpret)
-    return bench.Op("group_a16_mgpu", spec_name, "default", fn)
+        return apply(x, qw, qw.spec, path="mgpu", deterministic=deterministic,
+                     interpret=interpret)
+    return bench.Op("group_a16_mgpu", spec_name, "det" if deterministic else "default", fn)
 
 
 def main(argv=None) -> int:
@@ -83,6 +89,13 @@ def main(argv=None) -> int:
                    help="SPLITS:STAGES lists of explicit launches (weight-only formats), or none")
     p.add_argument("--det", action="store_true",
                    help="also deterministic mode: the dispatcher's and the decode kernel's")
+    p.add_argument("--no-ws", action="store_true",
+                   help="leave out group_a16_mgpu in default mode")
+    p.add_argument("--det-range-parts", default="",
+                   help="with --det: the decode kernel's deterministic launches, K parts a CTA "
+                        "(a multiple of det_range_parts')")
+    p.add_argument("--rule", action="store_true",
+                   help="also the decode kernel at its own launch rule (group_decode_params)")
     p.add_argument("--loads", default="rule",
                    help="bytes,words: how e2m1 codes are read (rule: group_decode_params')")
     args = p.parse_args(argv)
@@ -92,17 +105,21 @@ def main(argv=None) -> int:
         tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
     ops = [bench.bf16_op()]
     for spec_name in args.formats.split(","):
-        ops += [bench.kernel_op(KERNEL_OF[spec_name], spec_name),
-                warp_specialized_op(spec_name)]
+        ops.append(bench.kernel_op(KERNEL_OF[spec_name], spec_name))
+        if not args.no_ws:
+            ops.append(warp_specialized_op(spec_name))
         if args.det:
-            ops.append(bench.kernel_op(KERNEL_OF[spec_name], spec_name, deterministic=True))
+            ops += [bench.kernel_op(KERNEL_OF[spec_name], spec_name, deterministic=True),
+                    warp_specialized_op(spec_name, deterministic=True)]
         if not spec_name.endswith("_a16"):  # (W4A4: the dispatcher quantizes x first)
             continue
-        if args.det:
-            ops.append(det_op(spec_name))
+        if args.det and args.det_range_parts:
+            ops += [det_op(spec_name, int(r)) for r in args.det_range_parts.split(",")]
         loads = [ld for ld in args.loads.split(",")
                  if ld != "words" or not spec_name.startswith("mxfp8")]
         ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp in splits for st in stages]
+        if args.rule:
+            ops.append(plain_op(spec_name, None, None, "rule"))
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

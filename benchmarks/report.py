@@ -177,6 +177,9 @@ CURRENT = (
     ("h200_fp8_grid_dense_decode_s24.json", None), ("h200_fp4_grid_m2048_s24.json", None),
     ("h200_fp8_grid_decode_s26.json", None), ("h200_fp4_grid_decode_s28.json", None),
     ("h200_fp4_grid_w4a4_decode_s28.json", None),
+    # deterministic mode on the decode kernel (session 29): 8 shapes, then the 4 with K parts
+    # two a CTA (their rows in s29b are the previous launch)
+    ("h200_fp4_decode_det_s29b.json", None), ("h200_fp4_decode_det_s29c.json", None),
 )
 
 
@@ -507,6 +510,31 @@ def main() -> int:
         ("h200_fp4_grid_w4a4_decode_s28.json", "NVFP4 / MXFP4 W4A4 at M=1 and 16 through "
          "the dispatcher (the decode kernel on the quantized activation) beside group_a16_mgpu "
          "and bf16, 11 shapes, same run (session 28 call 5)"),
+        ("h200_decode_block_plain_s29.json", "FP8 W8A16 128x128 block scales on the "
+         "plain-pipeline decode kernel (plain_rule: its decode_params launch; plain_kS: K "
+         "ranges) beside the Mosaic kernel the dispatcher ran then, M=1 and 16, 11 shapes "
+         "(session 29 call 1; since then the dispatcher runs plain_rule's launch up to K = "
+         "14336: fp8_paths.DECODE_BLOCK_MAX_K)"),
+        ("h200_decode_det_plain_s29.json", "Per-channel W8A16 deterministic mode, M=1 and 16: "
+         "the Mosaic kernel's det launch (the dispatcher's then) beside the decode kernel in "
+         "the same order (plain_det, the same bits), 8 of 11 shapes (timed out; session 29 "
+         "call 1)"),
+        ("h200_decode_det_plain_s29b.json", "The same on the three DeepSeek shapes (session 29 "
+         "call 3)"),
+        ("h200_decode_det_range_parts_s29.json", "The deterministic decode kernel with 1, 2 or "
+         "4 K parts a CTA beside the Mosaic kernel's det launch, 7 shapes, M=1 and 16 (session "
+         "29 call 5: more parts a CTA ran slower)"),
+        ("h200_fp4_decode_det_s29a.json", "NVFP4 / MXFP4 W4A16 deterministic mode: "
+         "group_a16_mgpu's det launch (the dispatcher's then) beside the decode kernel in the "
+         "same order, 3 of 11 shapes (timed out; session 29 call 1)"),
+        ("h200_fp4_decode_det_s29b.json", "The other 8 shapes, the dispatcher's deterministic "
+         "mode on the decode kernel where a K part held whole steps, beside group_a16_mgpu's "
+         "det launch (session 29 call 3)"),
+        ("h200_fp4_decode_det_s29c.json", "K=7168 and MX K=14336 / 18432 after two K parts a "
+         "CTA (range_parts): the decode kernel on every shape in deterministic mode (session "
+         "29 call 4)"),
+        ("h200_fp4_decode_det_range_parts_s29.json", "More K parts a CTA than the least, two "
+         "shapes (session 29 call 5: slower or even)"),
         ("h200_group_decode_rule_m1_s28.json", "The plain-pipeline group decode at K ranges "
          "1-16 (codes read as group_a16_mgpu.reads_words says), M=1, 11 shapes, beside the "
          "dispatcher of then (group_a16_mgpu) (session 28 call 2; the data group_decode_params "

@@ -371,8 +371,10 @@ def _describe(op: Op, m: int, w, x_dtype) -> dict | None:
 def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence[Op], *,
         reps: int = 5, workers: int | None = None, log=print,
         on_record: Callable[[dict], None] | None = None,
+        on_header: Callable[[dict], None] | None = None,
         device_timing: bool | None = None, smoke: bool = False) -> dict:
     """Time every (shape, M, op); returns {"device", "jax_version", "copy_bandwidth", "records"}.
+    on_header gets that dict but its records once, first; on_record each record as it comes.
 
     smoke: one product per jitted call and one call per sample (the scripts' CPU smoke runs,
     where the interpreter's time is CI's and the timings mean nothing); records as usual."""
@@ -387,6 +389,8 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
     result = {"device": dev.device_kind, "platform": dev.platform, "jax_version": jax.__version__,
               "copy_bandwidth_Bps": copy_bw, "elementwise_bandwidth_Bps": xor_bw,
               "records": []}
+    if on_header:
+        on_header({key: v for key, v in result.items() if key != "records"})
     workers = workers or max(1, (os.cpu_count() or 2) - 1)
     key = jax.random.key(0)
     for model, k, n in shapes:
@@ -501,15 +505,17 @@ def run_and_report(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int],
     """run(), its table printed, its result written as JSON to `out` (if given): the measuring
     step of `jqlin bench` and the probe scripts. Each record is printed and (with `out`) the
     records so far written as they come, so that a run cut short by a time limit keeps them."""
+    header: dict = {}
     done: list[dict] = []
 
     def on_record(rec: dict) -> None:
         done.append(rec)
         print(format_table([rec]).splitlines()[1], flush=True)
         if out:
-            _write_json(out, {"partial": True, "records": done})
+            _write_json(out, {"partial": True, **header, "records": done})
 
-    res = run(shapes, ms, ops, reps=reps, log=print, smoke=smoke, on_record=on_record)
+    res = run(shapes, ms, ops, reps=reps, log=print, smoke=smoke, on_record=on_record,
+              on_header=header.update)
     print(format_table(res["records"]), flush=True)
     if out:
         _write_json(out, res)

@@ -81,7 +81,14 @@ MGPU_MAX_M = {"nvfp4": 256, "mxfp4": 256, "mxfp8": 256}
 # weight. H200, session 28 (probe_group_decode_plain.py through the dispatcher, 11 shapes, same
 # run, h200_fp4_grid_decode_s28.json), speed over group_a16_mgpu: M=1 NVFP4 1.01-1.17x (geomean
 # 1.09), MXFP4 1.00-1.16x (1.08); M=16 NVFP4 1.02-1.12x (1.08), MXFP4 0.97-1.10x (1.06).
-# MXFP8 not measured on it: it keeps group_a16_mgpu.
+# MXFP8 on it ran 0.81-0.97x group_a16_mgpu's speed (session 29, 2 shapes,
+# h200_mxfp8_decode_s29.log): it keeps group_a16_mgpu.
+# Deterministic mode takes it too, in group_a16_mgpu's deterministic order (the same bits:
+# test_gpu_deterministic_order_is_group_a16_mgpus_bitwise). H200, session 29
+# (probe_group_decode_plain.py --grid none --det, h200_fp4_decode_det_s29{a,b,c}.json, both
+# kernels in one run per shape, 11 shapes; K=7168 and MX K=14336 / 18432 two K parts a CTA),
+# group_a16_mgpu's det time / this kernel's: M=1 NVFP4 1.01-1.25 (geomean 1.12), MXFP4
+# 1.04-1.26 (1.11); M=16 NVFP4 0.98-1.17 (1.06), MXFP4 0.98-1.09 (1.03).
 DECODE_FORMATS = ("nvfp4", "mxfp4")
 GROUP_FORMAT = {("e2m1", "e4m3"): "nvfp4", ("e2m1", "e8m0"): "mxfp4", ("e4m3", "e8m0"): "mxfp8"}
 
@@ -102,7 +109,8 @@ def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, determin
     for the formats of MGPU_MAX_M, in default mode up to its M, and on to DENSE_MIN_M where its
     launch fills its waves (fp8_block_a16_mgpu.mid_m_fills; else 'dense' there), in
     deterministic mode at every M (det_params' K order, a function of K alone; never the Triton
-    kernel or the decode kernel for some M and this one for others: their bits differ). The
+    kernel for some M and this one for others: their bits differ) -- but 'decode' up to 16
+    rows, where the decode kernel runs that order, to the same bits. The
     interpreter (CI) keeps the Triton kernel unless asked."""
     from .fp8_block_a16_mgpu import mid_m_fills
     from .fp8_paths import mosaic_wgmma_ok
@@ -114,16 +122,13 @@ def mgpu_path(fmt: str, m: int, n: int, k: int, parts: int, x_dtype, *, determin
         return path
     if path == "decode":
         why_not = decode_refusal(fmt, m, n, k, parts, x_dtype)
-        if why_not is None and deterministic:  # (its deterministic order: prepared, not auto)
-            from .group_a16_decode_mgpu import det_refusal
-            why_not = det_refusal(fmt, m, n, k)
         if why_not:
             raise ValueError(f"path='decode' cannot run this {fmt} matmul: {why_not}")
         return path
     auto = path is None and config is None and not interpret
-    if (auto and not deterministic and fmt in DECODE_FORMATS and mosaic_wgmma_ok(False)
+    if (auto and fmt in DECODE_FORMATS and mosaic_wgmma_ok(False)
             and decode_refusal(fmt, m, n, k, parts, x_dtype) is None):
-        return "decode"
+        return "decode"  # (deterministic: group_a16_mgpu's order, to the bit)
     if auto and why is None and fmt in MGPU_MAX_M and mosaic_wgmma_ok(False):
         if deterministic or m <= MGPU_MAX_M[fmt]:
             return "mgpu"

@@ -17,11 +17,16 @@ its B operand (8 or 16 rows). Numerics per output (m, n): one float32 wgmma chai
 range from zero, written as a float32 slab of y^T; XLA adds the ranges' slabs in K order,
 multiplies by the weight's scale (per channel or per tensor) and rounds once to x's dtype.
 
-Block scales (128x128, session 28; prepared, not measured, so not the dispatcher's choice --
-`path="decode"` runs it): each K-block's wgmma chain runs from zero and is added, times its
-block's scale, to the range's float32 total in K order (the Mosaic kernel's per-block
-arithmetic), the CTA's row of scales copied to shared memory once; XLA adds the ranges' totals
-in K order and rounds.
+Block scales (128x128, session 28; the dispatcher's up to K = 14336 since session 29): each
+K-block's wgmma chain runs from zero and is added, times its block's scale, to the range's
+float32 total in K order (the Mosaic kernel's per-block arithmetic), the CTA's row of scales
+copied to shared memory once; XLA adds the ranges' totals in K order and rounds. H200, session
+29 (h200_decode_block_plain_s29.json, 11 shapes): the Mosaic kernel's time / this one's at
+decode_params' launch 0.93-1.11 at M=1, 0.95-1.09 at M=16 (18432x7168 0.93 / 0.95;
+8192x57344 and 28672x8192 0.99-1.01; the rest 1.02-1.11).
+
+deterministic=True: fp8_block_a16_mgpu's deterministic sums (det_order), the same bits on the
+H200; the dispatcher's where fp8_paths.det_decode_wins (session 29).
 
 Not done in the CTA: with one range, applying the scale and writing y through a transposed
 staging slot (as fp8_block_a16_mgpu's out_t) measured the same on its own but faulted the
@@ -116,20 +121,22 @@ def det_order(n: int, k: int) -> tuple[int, int, int]:
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
-                        interpret: bool = False) -> jax.Array:
+                        range_parts: int | None = None, interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
 
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
     w_scale: float32, (N, 1) (scale_kind "channel"), (1, 1) ("tensor") or (ceil(N/128), K/128)
     ("block": 128x128 weight blocks -- each K-block's float32 chain from zero, times its
-    block's scale, added in K order; prepared in session 28, not measured, not the
-    dispatcher's choice: path="decode" runs it).
+    block's scale, added in K order; the dispatcher's choice up to K = 14336 since session 29:
+    fp8_paths.DECODE_BLOCK_MAX_K).
     splits, stages: the launch (None: decode_params'). interpret: Mosaic GPU's interpreter.
     deterministic: fp8_block_a16_mgpu's deterministic sums instead (det_order: each K-block's
     chain from zero times its scale -- block, channel or tensor -- added in K order within
     det_k_parts' parts, a K range each, the slabs added by det_groups); M-free, splits unset.
-    Prepared in session 28: bitwise that kernel's in the interpreter, not yet shown so on the
-    GPU nor measured, so the dispatcher does not choose it (path="decode" runs it)."""
+    Bitwise that kernel's (the interpreter at M >= 9; the GPU at M = 1-16, session 29), so
+    deterministic mode takes it where fp8_paths.det_decode_wins. range_parts (deterministic
+    mode): how many of the parts a K range (a CTA) holds, each part's total its own slab
+    (None: one; the same bits whatever it is)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -154,7 +161,14 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         if splits is not None:
             raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits unset")
-        _, groups, splits = det_order(n, k)
+        _, groups, local = det_order(n, k)
+        range_parts = range_parts or 1
+        if local % range_parts:
+            raise ValueError(f"fp8_a16_decode_mgpu: range_parts must divide this device's "
+                             f"{local} K parts, got {range_parts}")
+        splits = local // range_parts
+    elif range_parts is not None:
+        raise ValueError("fp8_a16_decode_mgpu: range_parts is deterministic mode's")
     splits, stages = splits or auto.splits, stages or auto.stages
     if k % (BLOCK * splits):
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
@@ -167,9 +181,10 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         per_block = jnp.broadcast_to(w_scale.reshape(-1), (n,))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
-                    chains="range" if per_block is None else "block", chain_scales=per_block)
-    # ranges (inside k_shards every device's) in K order, by groups
-    total = sum_device_splits(y, splits, n, y.shape[2], groups=groups)
+                    chains="range" if per_block is None else "block", chain_scales=per_block,
+                    range_parts=range_parts or 1)
+    # parts (inside k_shards every device's) in K order, by groups
+    total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     if per_block is not None:
         return total[:, :m].T.astype(out_dtype)
     return (total[:, :m].T * w_scale.reshape(1, -1)).astype(out_dtype)
@@ -177,7 +192,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
 
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
-                chains: str = "range", chain_scales: jax.Array | None = None) -> jax.Array:
+                chains: str = "range", chain_scales: jax.Array | None = None,
+                range_parts: int = 1) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
     sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
     (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
@@ -189,6 +205,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     blocks' scales, the columns padded to a multiple of 4 (TMA rows of 16 bytes), one value a
     K-block; or (N,) one value a weight row for every K-block (whole-K scales in deterministic
     mode's per-block order). A CTA's share is copied to shared memory once.
+    range_parts ("block" chains): each K range is this many equal parts of whole K-blocks (not
+    necessarily of whole steps), each part's total kept apart and stored as its own slab --
+    (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
+    be one CTA each (nor hold whole steps).
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -200,6 +220,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                and cs.shape[1] % 4 == 0 and cs.shape[1] * BLOCK >= k):
         raise ValueError(f"plain_slabs: chain_scales must be (N,) or (N/128, >= K/128 in a "
                          f"multiple of 4), got {tuple(cs.shape)} for N={n}, K={k}")
+    if range_parts < 1 or range_parts > 1 and chains != "block" or (
+            k // BLOCK // splits) % range_parts:
+        raise ValueError(f"plain_slabs: range_parts must split each of the {splits} K ranges "
+                         f"into equal parts of whole K-blocks ('block' chains), got "
+                         f"{range_parts} for K={k}")
     block_m = 8 if m <= 8 else 16
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
@@ -236,10 +261,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                 a = a_smem
             return a
 
-        def store(total, out_smem):
+        def store(total, out_smem, slab=None):
             out_smem[...] = total
             plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split, pl.ds(tile * WG_ROWS, WG_ROWS)])
+            plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split if slab is None else slab,
+                                                          pl.ds(tile * WG_ROWS, WG_ROWS)])
             plgpu.wait_smem_to_gmem(0)
 
         def by_blocks(out_smem, a_smem, cs_smem=None, cs_bar=None):
@@ -254,8 +280,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                 if cs.ndim == 1:
                     row = plgpu.load(cs_smem, layout=plgpu.Layout.WGMMA.reduce(1))
 
+            part_blocks = steps * blocks // range_parts
+
             def step(idx, w_smem, x_smem, *rest):
-                *s_smem, total = rest
+                *s_smem, totals = rest
                 for j in range(blocks):
                     xt = (x_smem if blocks == 1 else
                           x_smem.at[:, pl.ds(j * BLOCK, BLOCK)]).transpose((1, 0))
@@ -270,13 +298,21 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                     elif cs_smem is not None:
                         kb = (split * steps + idx[0]) * blocks + j
                         part = part * lax.broadcast_in_dim(cs_smem[0, kb], part.shape, ())
-                    total = total + part
-                return total
+                    if range_parts == 1:  # (one total: the carry as before range_parts)
+                        totals = totals + part
+                    else:  # (the K-block's part of the range: its total alone takes it)
+                        q = lax.div(idx[0] * blocks + j, part_blocks)
+                        totals = tuple(
+                            lax.select(lax.broadcast_in_dim(q == p, part.shape, ()), t + part, t)
+                            for p, t in enumerate(totals))
+                return totals
 
-            total = plgpu.emit_pipeline(
+            totals = plgpu.emit_pipeline(
                 step, grid=(steps,), max_concurrent_steps=stages, in_specs=specs(split * steps),
-                init_carry=zero_total((WG_ROWS, block_m)))(*refs[:piped])
-            store(total, out_smem)
+                init_carry=zero_total((WG_ROWS, block_m)) if range_parts == 1 else tuple(
+                    zero_total((WG_ROWS, block_m)) for _ in range(range_parts)))(*refs[:piped])
+            for p, total in enumerate((totals,) if range_parts == 1 else totals):
+                store(total, out_smem, None if range_parts == 1 else split * range_parts + p)
 
         def accumulate(acc, out_smem, a_smem):  # one chain over the range
             def step(_, w_smem, x_smem, *s_smem):
@@ -309,7 +345,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             plgpu.SMEM((WG_ROWS, block_m), F32), *scratch)
 
     call = plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((splits, n, block_m), F32), grid=(tiles * splits,),
+        body, out_type=jax.ShapeDtypeStruct((splits * range_parts, n, block_m), F32),
+        grid=(tiles * splits,),
         grid_names=("tile",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
         interpret=interpret_params(interpret))

@@ -329,9 +329,9 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     path: "pallas" (this kernel), "dense" (fp8_dense: one XLA GEMM of the stored codes, whole-K
     scales only), "mgpu" (Mosaic GPU wgmma: fp8_block_mgpu for block / group scales,
     fp8_block_a16_mgpu for weight-only with 16-bit x and N, K multiples of 128) or "decode"
-    (fp8_a16_decode_mgpu: weight-only, M <= 16; the dispatcher's choice for whole-K weight
-    scales in default mode; block scales and deterministic mode's order (deterministic=True)
-    only when asked -- prepared in session 28, unmeasured); the last three
+    (fp8_a16_decode_mgpu: weight-only, M <= 16; with deterministic=True the 'mgpu' kernel's
+    deterministic order, the same bits; fp8_paths says where the dispatcher takes it); the
+    last three
     are not batch-invariant (fp8_paths) except weight-only 'mgpu' with deterministic=True.
     config: the 'pallas' path's tiles (None for the other paths).
     deterministic: the 'mgpu' weight-only kernel's M-free schedule (the 'pallas' path's order

@@ -7,8 +7,9 @@ Deterministic mode never takes the dense path (cuBLAS picks its summation order 
 and whichever kernel it runs, it runs at every M: the Mosaic kernels' bits differ from the
 Triton kernels' even in the same K order (probe_det_mgpu.py, session 6). So W8A16 with 16-bit
 x and N, K multiples of 128 runs the Mosaic kernel's M-free schedule (fp8_block_a16_mgpu.
-det_params) at every M on sm_90, and everything else the Triton kernels' M-free configs. An
-explicit tile config or path wins.
+det_params) at every M on sm_90 -- up to 16 rows of some shapes on the plain decode kernel,
+which computes that schedule's sums to the bit -- and everything else the Triton kernels'
+M-free configs. An explicit tile config or path wins.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from .fp8_dense import FUSED_CONVERT_MAX_M
 from .mgpu_common import BLOCK
 
 __all__ = ["fp8_path", "mosaic_wgmma_ok", "DENSE_MIN_M", "W8A8_DENSE_MIN_M", "MGPU_MIN_M",
-           "MGPU_A16_MIN_M", "DENSE_A16_DECODE_M", "PATHS"]
+           "MGPU_A16_MIN_M", "DENSE_A16_DECODE_M", "DECODE_BLOCK_MAX_K", "DET_DECODE_MAX_SIDE",
+           "DET_DECODE_MAX_N", "det_decode_wins", "PATHS"]
 
 PATHS = ("pallas", "dense", "mgpu", "decode")
 # From here on default mode leaves the Triton kernels (session-4/5 H200 sweeps, NOTES.md).
@@ -57,6 +59,25 @@ DENSE_A16_DECODE_M = (2, FUSED_CONVERT_MAX_M)
 # (probe_decode_plain.py, same runs): at M=1 1.58-1.98x bf16 where the Mosaic kernel ran
 # 1.34-1.97x (11 shapes), at M=16 1.43-1.91x vs 1.21-1.75x (4 shapes); at M=8 even with the
 # dense path (0.97-1.05), which keeps M=2-8.
+# 128x128 block scales take it at M = 1 and 9-16 up to this K (each K-block's chain times its
+# scale, added in K order), the Mosaic kernel beyond and at M = 2-8 (not measured there).
+# H200, session 29 (probe_decode_plain.py --format fp8_block_a16 --rule, 11 shapes, same run,
+# h200_decode_block_plain_s29.json), Mosaic time / this kernel's at its decode_params launch:
+# K <= 14336 (9 shapes) 0.99-1.11 at M=1 (geomean 1.05; 0.99 on 8192x57344), 1.00-1.09 at
+# M=16 (1.06); beyond it 18432x7168 0.93 / 0.95, 28672x8192 0.99 / 1.01.
+DECODE_BLOCK_MAX_K = 14336
+# Deterministic mode runs weight-only up to DECODE_MAX_M rows on that kernel in the Mosaic
+# kernel's order (fp8_a16_decode_mgpu(deterministic=True): the same bits -- the GPU test
+# test_gpu_deterministic_order_is_the_mosaic_kernels_bitwise) where N or K is at most
+# DET_DECODE_MAX_SIDE, and from 9 rows N at most DET_DECODE_MAX_N. H200, session 29
+# (probe_decode_plain.py --grid none --det, h200_decode_det_plain_s29*.json, same runs),
+# Mosaic det time / this kernel's, per-channel, M=1: 4096x{4096,6144,28672} 1.14 / 1.05 /
+# 1.08, 14336x4096 1.05; but 8192x8192 0.97, 8192x57344 0.96, 28672x8192 0.91, 7168x24576
+# 0.97, 7168x36864 0.98, 18432x7168 0.85 (8192x10240 1.03). M=16: 1.07 / 1.01 / 0.97 (0.97
+# again in a second run), 1.04. M=2-8 (the same 8-row x tile as M=1) not measured.
+# (The interpreter keeps the Mosaic kernel: there its x tile, not the GPU's, sets the bits.)
+DET_DECODE_MAX_SIDE = 4096
+DET_DECODE_MAX_N = 16384
 
 
 def mosaic_wgmma_ok(interpret: bool) -> bool:
@@ -65,6 +86,13 @@ def mosaic_wgmma_ok(interpret: bool) -> bool:
         return True
     dev = jax.devices()[0]
     return dev.platform == "gpu" and str(getattr(dev, "compute_capability", "")).startswith("9.")
+
+
+def det_decode_wins(m: int, n: int, k: int, interpret: bool) -> bool:
+    """Whether deterministic mode runs this weight-only product on the plain decode kernel (in
+    the Mosaic kernel's order, the same bits) rather than on the Mosaic kernel."""
+    return (not interpret and decode_fits(m, n, k) and min(n, k) <= DET_DECODE_MAX_SIDE
+            and (m <= 8 or n <= DET_DECODE_MAX_N))
 
 
 def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
@@ -77,8 +105,10 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales only where
     its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills) and M is outside
     DENSE_A16_DECODE_M, else 'dense', and below that at M <= DECODE_MAX_M outside
-    DENSE_A16_DECODE_M 'decode' (fp8_a16_decode_mgpu); else 'pallas'.
-    deterministic: 'mgpu' for that weight-only case at every M, else 'pallas'."""
+    DENSE_A16_DECODE_M 'decode' (fp8_a16_decode_mgpu; block scales up to DECODE_BLOCK_MAX_K);
+    else 'pallas'.
+    deterministic: for that weight-only case 'mgpu' at every M, except 'decode' (the same
+    order, the same bits) where det_decode_wins; else 'pallas'."""
     if path is not None:
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
@@ -88,7 +118,9 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     a16_mgpu = (x_scale_kind == "none" and n and k and n % BLOCK == 0 and k % BLOCK == 0
                 and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2)
     if deterministic:
-        return "mgpu" if a16_mgpu and mosaic_wgmma_ok(interpret) else "pallas"
+        if not (a16_mgpu and mosaic_wgmma_ok(interpret)):
+            return "pallas"
+        return "decode" if det_decode_wins(m, n, k, interpret) else "mgpu"
     dense_min = DENSE_MIN_M if x_scale_kind == "none" else W8A8_DENSE_MIN_M
     whole_k = x_scale_kind in ("none", "tensor", "row") and w_scale_kind in ("tensor", "channel")
     if m >= dense_min and whole_k:
@@ -100,6 +132,9 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     if a16_mgpu and whole_k and DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:
         return "dense"
     if a16_mgpu and whole_k and decode_fits(m, n, k):  # (M <= DECODE_MAX_M)
+        return "decode"
+    if (a16_mgpu and w_scale_kind == "block" and decode_fits(m, n, k) and k <= DECODE_BLOCK_MAX_K
+            and not DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]):
         return "decode"
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"

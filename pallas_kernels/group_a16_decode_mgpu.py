@@ -17,12 +17,13 @@ factor and NVFP4's global scale (RowFinish.xla: the same float32 operations as g
 finish) and rounds once. The same products as the XLA reference; the float32 sums run in another
 order than group_a16_mgpu's (so default mode's bits differ between M <= 16 and above).
 
-deterministic=True (session 28, prepared): group_a16_mgpu's deterministic sums instead -- each
-K-block's chain from zero added in K order within det_k_parts' parts, a K range each, the
-slabs added by det_groups -- bitwise that kernel's in the interpreter; the dispatcher's
-deterministic mode keeps group_a16_mgpu until the GPU shows the same bits
-(test_gpu_deterministic_order_is_group_a16_mgpus_bitwise) and the probe the speed
-(probe_group_decode_plain.py --det); path="decode" runs it.
+deterministic=True (session 28; the dispatcher's since session 29): group_a16_mgpu's
+deterministic sums instead -- each K-block's chain from zero added in K order within
+det_k_parts' parts, each part's total its own slab (a K range holds one part, or two where a
+part is not whole steps: det_range_parts), the slabs added by det_groups -- bitwise that
+kernel's on the H200 (test_gpu_deterministic_order_is_group_a16_mgpus_bitwise). Session 29
+(h200_fp4_decode_det_s29{a,b,c}.json, 11 shapes): group_a16_mgpu's det time / this kernel's
+M=1 1.01-1.26, M=16 0.98-1.17.
 
 H200, session 28 (benchmarks/probe_group_decode_plain.py, through the dispatcher beside
 group_a16_mgpu, 11 shapes, same run, results/h200_fp4_grid_decode_s28.json), speed over
@@ -49,7 +50,8 @@ from .mgpu_group_decode import FORMATS, decode, decode_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k
 
 __all__ = ["group_a16_decode_mgpu", "group_decode_params", "GroupDecodeParams",
-           "group_decode_fits", "fit_refusal", "det_order", "det_refusal", "step_blocks",
+           "group_decode_fits", "fit_refusal", "det_order", "det_range_parts",
+           "step_blocks",
            "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS", "MAX_SPLITS", "DECODE_MAX_M"]
 
 F32 = jnp.float32
@@ -108,25 +110,24 @@ def group_decode_params(fmt: str, n: int, k: int, sms: int | None = None) -> Gro
     return GroupDecodeParams(splits, STAGES, load)
 
 
-def det_refusal(fmt: str, m: int, n: int, k: int) -> str | None:
-    """None, or why deterministic mode's order cannot run here: the problem must fit the kernel
-    and each of det_k_parts' parts hold whole pipeline steps (the 16-byte TMA row of scales:
-    2 K-blocks NVFP4, 4 MX) -- K=7168 (7 K-blocks a part) cannot, nor MX at K=14336 / 18432."""
-    if why := fit_refusal(fmt, m, n, k):
-        return why
-    parts, _, local = det_order(n, k)  # (k: this device's K; local: its parts)
-    per_part = k // BLOCK // local
-    if per_part % step_blocks(fmt):
-        return (f"deterministic mode's {parts} K parts of {per_part} K-blocks do not "
-                f"hold whole {step_blocks(fmt)}-block steps of {fmt}")
-    return None
+def det_range_parts(fmt: str, n: int, k: int) -> int:
+    """How many of deterministic mode's K parts a K range (a CTA) holds: the fewest whose
+    K-blocks make whole pipeline steps (the 16-byte TMA row of scales: 2 K-blocks NVFP4, 4 MX)
+    -- 1 where a part does, 2 at K=7168 (7 K-blocks a part) and for MX at K=14336 / 18432.
+    Always some: this device's parts (a power of two) together are its whole K, whole steps
+    where the kernel fits."""
+    _, _, local = det_order(n, k)  # (k: this device's K; local: its parts)
+    per_part, held = k // BLOCK // local, 1
+    while (held * per_part) % step_blocks(fmt) and held < local:
+        held *= 2
+    return held
 
 
 def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
                           col_scale: jax.Array | None = None, *, post: str = "none",
                           splits: int | None = None, stages: int | None = None,
                           load: str | None = None, out_dtype=None, deterministic: bool = False,
-                          interpret: bool = False) -> jax.Array:
+                          range_parts: int | None = None, interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16 @ (code(w) * scale(w_scale))^T in out_dtype (default x's); for
     NVFP4 then `post` ("div" | "mul") by col_scale (float32 (N,)) per output column.
 
@@ -135,11 +136,14 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     splits, stages, load: the launch (None: group_decode_params'); load "words" for e2m1 codes
     only. interpret: Mosaic GPU's interpreter (the decode by jnp: the same values).
     deterministic: group_a16_mgpu's deterministic sums (det_order: each K-block's chain from
-    zero added in K order within det_k_parts' parts, one K range each, the ranges' slabs added
-    by det_groups: fp8_a16_decode_mgpu.det_order), codes read as reads_words says -- M-free;
-    splits and load must be left unset. Prepared in session 28: bitwise the Mosaic kernel's in
-    the interpreter, unmeasured and not yet shown bitwise on the GPU, so the dispatcher does
-    not choose it."""
+    zero added in K order within det_k_parts' parts, a K range holding det_range_parts of
+    them, each part's total its own slab, the slabs added by det_groups:
+    fp8_a16_decode_mgpu.det_order), codes read as reads_words says -- M-free;
+    splits and load must be left unset. Bitwise the Mosaic kernel's (the interpreter at M >= 9,
+    whose x tile sets its bits; the GPU at every M: session 29), so deterministic mode's
+    dispatcher takes it up to 16 rows (fp4_matmul.mgpu_path). range_parts (deterministic
+    mode): how many parts a K range holds (None: det_range_parts'; the same bits whatever it
+    is)."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape
@@ -154,9 +158,15 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         if splits is not None or load is not None:
             raise ValueError("group_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits and load unset")
-        if why := det_refusal(fmt, m, n, k):
-            raise ValueError(f"group_a16_decode_mgpu: deterministic mode cannot run here: {why}")
-        _, groups, splits = det_order(n, k)
+        _, groups, local = det_order(n, k)
+        least = det_range_parts(fmt, n, k)
+        range_parts = range_parts or least
+        if local % range_parts or range_parts % least:
+            raise ValueError(f"group_a16_decode_mgpu: range_parts must divide this device's "
+                             f"{local} K parts and be a multiple of {least}, got {range_parts}")
+        splits = local // range_parts
+    elif range_parts is not None:
+        raise ValueError("group_a16_decode_mgpu: range_parts is deterministic mode's")
     splits, stages, load = splits or auto.splits, stages or auto.stages, load or auto.load
     blocks = step_blocks(fmt)
     if k % (BLOCK * blocks * splits):
@@ -183,9 +193,10 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
 
     slabs = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                         stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
-                        chains="block" if deterministic else "range")
-    # ranges (inside k_shards every device's) in K order, by groups
-    total = sum_device_splits(slabs, splits, n, slabs.shape[2], groups=groups)
+                        chains="block" if deterministic else "range",
+                        range_parts=range_parts or 1)
+    # parts (inside k_shards every device's) in K order, by groups
+    total = sum_device_splits(slabs, slabs.shape[0], n, slabs.shape[2], groups=groups)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
     total = total * f.post_factor if finish is None else finish.xla(total)
     return total[:, :m].T.astype(jnp.dtype(out_dtype or x.dtype))

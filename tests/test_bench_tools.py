@@ -83,3 +83,25 @@ def test_two_rows_runs_one_row_as_two_and_keeps_row_0():
     assert seen == [(2, 6), (2, 6)]
     with pytest.raises(ValueError, match="how must be"):
         bench.two_rows(fn, "repeat")
+
+
+def test_run_and_report_writes_the_header_with_partial_records(tmp_path, monkeypatch):
+    """A run cut short keeps a file report.py can read: the partial JSON written after each
+    record carries the device header (copy bandwidth included: NaN in a CPU smoke run) beside
+    the records so far."""
+    from jqlin import bench
+    out = tmp_path / "run.json"
+    seen = []
+    real = bench._write_json
+
+    def spy(path, obj):
+        seen.append(json.loads(json.dumps(obj)))
+        real(path, obj)
+    monkeypatch.setattr(bench, "_write_json", spy)
+    bench.run_and_report([("tiny", 256, 128)], (1,), [bench.bf16_op()], reps=1, out=str(out),
+                         smoke=True)
+    first = seen[0]
+    assert first["partial"] and len(first["records"]) == 1
+    assert "copy_bandwidth_Bps" in first and first["device"] and first["platform"] == "cpu"
+    final = json.loads(out.read_text())
+    assert "partial" not in final and final["records"][0]["label"] == "bf16"

@@ -17,10 +17,12 @@ accumulation at HIGHEST precision, the scales on the float32 result -- the same 
 Weight-only at M = 2-8 (XLA converts the codes inside its own GEMM there), at mid M where the
 Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128.
 Weight-only with those scales at M = 1 and 9-16 takes pallas_kernels.fp8_a16_decode_mgpu (a
-plain-pipeline Mosaic GPU kernel, several CTAs an SM). `describe_config` reports the path.
-Deterministic mode takes neither (the dense GEMM's summation order follows M; the decode
-kernel serves M <= 16 only): weight-only with 16-bit x runs the Mosaic GPU kernel's M-free
-schedule, the rest the Triton kernels'.
+plain-pipeline Mosaic GPU kernel, several CTAs an SM), and so do 128x128 block scales up to
+K = 14336. `describe_config` reports the path.
+Deterministic mode never takes the dense GEMM (its summation order follows M): weight-only with
+16-bit x runs the Mosaic GPU kernel's M-free schedule -- up to 16 rows of weights with N or
+K <= 4096 on the decode kernel, in that schedule's order (the same bits; fp8_paths.
+det_decode_wins) -- the rest the Triton kernels'.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.fp8_a16_decode_mgpu import decode_params
+from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_order
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
@@ -139,9 +141,15 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                         f"{weight})"}
     if path == "decode":
         splits, stages = decode_params(n, k)
+        order = ""
+        if deterministic:  # (the Mosaic kernel's deterministic sums, to the bit)
+            parts, groups, splits = det_order(n, k)
+            order = (f", deterministic order: K in {parts} parts, each K-block's chain from "
+                     f"zero, added in K order by {groups} group(s)")
+        blocks = ", each K-block's chain times its 128x128 block scale" if w_kind == "block" else ""
         return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
                         f"tiles, several CTAs an SM, splits={splits}, stages={stages}"
-                        f"{', ranges added by XLA' if splits > 1 else ''})"}
+                        f"{', ranges added by XLA' if splits > 1 else ''}{blocks}{order})"}
     if path == "mgpu":
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
@@ -168,7 +176,8 @@ W8A16 = register_kernel(Kernel(
     description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
                 "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
                 "for decode; deterministic mode too, its K order fixed by K), at M = 1 and 9-16 "
-                "with tensor/channel scales a plain-pipeline one of several CTAs an SM; "
+                "(block scales up to K = 14336; deterministic mode at M <= 16 where N or K <= "
+                "4096, in its order) a plain-pipeline one of several CTAs an SM; "
                 "otherwise Triton "
                 "(split-K / narrow N tiles, gemv at M=1); default mode at M = 2-8 and M >= 1024 "
                 "with tensor/channel scales: one XLA GEMM of the exact codes",

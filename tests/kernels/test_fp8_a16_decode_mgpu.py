@@ -71,7 +71,7 @@ def test_block_scales_run_when_the_decode_path_is_asked_for(rng):
                     interpret=True, n=256, k=768, x_dtype=x.dtype) == "mgpu"
 
 
-def _det_pair(x, w, ws, kind, interpret):
+def _det_pair(x, w, ws, kind, interpret, range_parts=None):
     """(fp8_block_a16_mgpu's deterministic result, this kernel's), float32."""
     from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
     from pallas_kernels.fp8_core import mgpu_launch_params
@@ -80,22 +80,26 @@ def _det_pair(x, w, ws, kind, interpret):
     want = fp8_block_a16_matmul_mgpu(x, w, ws, scale_kind=kind, out_dtype=jnp.float32,
                                      interpret=interpret, **launch)
     got = fp8_a16_decode_mgpu(x, w, ws, scale_kind=kind, deterministic=True,
-                              out_dtype=jnp.float32, interpret=interpret)
+                              out_dtype=jnp.float32, range_parts=range_parts,
+                              interpret=interpret)
     return want, got
 
 
-@pytest.mark.parametrize("kind,m,n,k", [
-    ("channel", 11, 128, 2048),  # 8 parts, two groups
-    ("tensor", 16, 256, 1024),
-    ("block", 9, 256, 2048),
-    ("channel", 12, 128, 896),  # 7 K-blocks: one part
+@pytest.mark.parametrize("kind,m,n,k,range_parts", [
+    ("channel", 11, 128, 2048, None),  # 8 parts, two groups
+    ("tensor", 16, 256, 1024, None),
+    ("block", 9, 256, 2048, None),
+    ("channel", 12, 128, 896, None),  # 7 K-blocks: one part
+    ("channel", 13, 128, 2048, 2),  # two parts a K range, each its own slab
+    ("block", 10, 256, 3072, 4),  # four parts of 3 K-blocks a range
 ])
-def test_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, m, n, k):
+def test_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, m, n, k, range_parts):
     """deterministic=True: fp8_block_a16_mgpu's deterministic sums to the last bit (float32
     output, interpreter; M 9-16, where both kernels' x tiles are 16 rows -- the interpreter's
-    dot bits follow the tile width, the GPU's wgmma's do not), where default mode's differ."""
+    dot bits follow the tile width, the GPU's wgmma's do not), where default mode's differ;
+    whatever number of parts a K range holds."""
     x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
-    want, got = _det_pair(x, w, ws, kind, True)
+    want, got = _det_pair(x, w, ws, kind, True, range_parts)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     default = fp8_a16_decode_mgpu(x, w, ws, scale_kind=kind, out_dtype=jnp.float32,
                                   interpret=True)
@@ -111,6 +115,11 @@ def test_deterministic_rows_keep_their_bits_across_m(rng):
     with pytest.raises(ValueError, match="leave splits unset"):
         fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", deterministic=True, splits=2,
                             interpret=True)
+    with pytest.raises(ValueError, match="range_parts must divide this device's 8 K parts"):
+        fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", deterministic=True, range_parts=3,
+                            interpret=True)
+    with pytest.raises(ValueError, match="range_parts is deterministic mode's"):
+        fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", range_parts=2, interpret=True)
     # the fp8 kernel's path='decode' in deterministic mode is this order (asked for only)
     from pallas_kernels.fp8_w8a16 import w8a16_matmul
     got = w8a16_matmul(x, w, ws, scale_kind="channel", path="decode", deterministic=True,
@@ -132,6 +141,20 @@ def test_gpu_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, k, n):
         x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
         want, got = jax.jit(lambda *a: _det_pair(*a, kind, False))(x, w, ws)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"M={m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "block"])
+def test_gpu_deterministic_range_parts_keep_the_bits(rng, kind):
+    """On the H200, 2, 4 and 8 of the parts a K range: fp8_block_a16_mgpu's deterministic bits
+    still (each part's total its own slab), at M=1 and 16."""
+    k, n = 8192, 8192
+    for m in (1, 16):
+        x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
+        for rp in (2, 4, 8):
+            want, got = jax.jit(lambda *a, rp=rp: _det_pair(*a, kind, False, rp))(x, w, ws)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
+                                          err_msg=f"M={m} range_parts={rp}")
 
 
 def test_interpreter_launch_rule_matches_float64(rng):

@@ -88,9 +88,11 @@ def test_interpreter_launch_rule_and_float32_output(rng):
 
 @pytest.mark.parametrize("name,load", [("nvfp4_a16", "bytes"), ("nvfp4_a16", "words"),
                                        ("mxfp4_a16", "words"), ("mxfp8_a16", "bytes"),
-                                       ("nvfp4_a16", "det"), ("mxfp4_a16", "det")])
+                                       ("nvfp4_a16", "det"), ("mxfp4_a16", "det"),
+                                       ("nvfp4_a16", "det7168")])
 def test_lowers_for_cuda_on_cpu(rng, name, load):
-    x, qw = _make(rng, name, 16, 256, 4096)
+    x, qw = _make(rng, name, 16, 256, 7168 if load == "det7168" else 4096)
+    load = "det" if load == "det7168" else load  # (two 7-block parts a K range)
     launch = dict(deterministic=True) if load == "det" else dict(splits=2, load=load)
     f = jax.jit(lambda x: _run(x, qw, **launch))
     assert "mosaic_gpu" in f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
@@ -165,9 +167,10 @@ def test_rejects_bad_arguments(rng):
 
 
 def test_dispatcher_takes_it_at_decode_sizes(monkeypatch):
-    """Default mode on sm_90 (faked: wgmma available, 132 SMs): NVFP4 and MXFP4 at M <= 16
-    with one bf16 part and N, K it takes -> 'decode'; M=17, MXFP8, deterministic mode, float32
-    parts, N not of 64 -> not; an explicit path wins, and refuses what it cannot run."""
+    """On sm_90 (faked: wgmma available, 132 SMs): NVFP4 and MXFP4 at M <= 16 with one bf16
+    part and N, K it takes -> 'decode', in deterministic mode too (K=7168: two 7-block parts a
+    range); M=17, MXFP8, float32 parts, N not of 64 -> not; an explicit path wins, and refuses
+    what it cannot run."""
     from pallas_kernels import fp8_block_a16_mgpu, fp8_paths, group_a16_decode_mgpu as gd
     from pallas_kernels.fp4_matmul import mgpu_path
     monkeypatch.setattr(fp8_paths, "mosaic_wgmma_ok", lambda interpret: True)
@@ -179,14 +182,16 @@ def test_dispatcher_takes_it_at_decode_sizes(monkeypatch):
                          interpret=kw.pop("interpret", False), path=kw.pop("path", None))
     for fmt in ("nvfp4", "mxfp4"):
         assert path(fmt, 1) == path(fmt, 16) == path(fmt, 7, n=4160) == "decode"
-        assert path(fmt, 17) == "mgpu" and path(fmt, 1, det=True) == "mgpu"
+        assert path(fmt, 17) == "mgpu" and path(fmt, 17, det=True) == "mgpu"
+        assert path(fmt, 1, det=True) == path(fmt, 16, det=True) == "decode"
+        assert path(fmt, 1, k=7168, det=True) == path(fmt, 1, k=7168) == "decode"
         assert path(fmt, 1, parts=3, dtype=jnp.float32) == "pallas"
         assert path(fmt, 1, n=4136) == "pallas"  # N % 64: neither Mosaic kernel
         assert path(fmt, 1, interpret=True) == "pallas"  # CI keeps Triton unless asked
         assert path(fmt, 1, det=True, path="decode") == "decode"
         with pytest.raises(ValueError, match="path='decode' cannot run.*M <= 16.*M=17"):
             path(fmt, 17, path="decode")
-    assert path("mxfp8", 1) == "mgpu"  # not measured on this kernel
+    assert path("mxfp8", 1) == "mgpu"  # (measured slower on this kernel)
 
 
 @pytest.mark.parametrize("name,m", [("nvfp4_a16", 1), ("mxfp4_a16", 11)])
@@ -204,10 +209,11 @@ def test_apply_runs_it_and_describes_it(rng, monkeypatch, name, m):
     kernel = "pallas_nvfp4" if name.startswith("nv") else "pallas_mxfp4"
     got = describe_config(kernel, m, qw, qw.spec, x.dtype, False)
     assert got["path"].startswith("decode (Mosaic GPU plain-pipeline") and got["splits"] >= 1
-    assert describe_config(kernel, m, qw, qw.spec, x.dtype, True)["path"].startswith("mgpu")
+    det = describe_config(kernel, m, qw, qw.spec, x.dtype, True)["path"]
+    assert det.startswith("decode (") and "deterministic order: K in 8 parts" in det, det
 
 
-def _det_pair(x, qw, **kw):
+def _det_pair(x, qw, range_parts=None, **kw):
     """(group_a16_mgpu's deterministic result, this kernel's deterministic result), float32."""
     from pallas_kernels.group_a16_mgpu import group_a16_matmul_mgpu
     fmt = FMT_OF["nvfp4_a16" if qw.spec.weight.scale_dtype == "float8_e4m3fn" else
@@ -215,13 +221,16 @@ def _det_pair(x, qw, **kw):
     col, post = nvfp4_post_scale(qw, qw.spec) if fmt == "nvfp4" else (None, "none")
     args = (fmt, x, qw.data, qw.scale, col)
     common = dict(post=post, out_dtype=jnp.float32, deterministic=True, **kw)
-    return (group_a16_matmul_mgpu(*args, **common), group_a16_decode_mgpu(*args, **common))
+    return (group_a16_matmul_mgpu(*args, **common),
+            group_a16_decode_mgpu(*args, range_parts=range_parts, **common))
 
 
 @pytest.mark.parametrize("name,m,n,k,words", [
     ("nvfp4_a16", 11, 128, 2048, False),  # 8 parts of 2 K-blocks (one step each), 2 groups
     ("nvfp4_a16", 16, 128, 4096, True),  # codes read as words (x permuted) in both kernels
     ("mxfp4_a16", 9, 256, 4096, False),  # 8 parts of 4 K-blocks (one MX step each)
+    ("nvfp4_a16", 9, 128, 1024, False),  # 8 parts of 1 K-block: 2 a range (parts end mid-step)
+    ("mxfp4_a16", 16, 128, 1536, False),  # 4 parts of 3 K-blocks: 4 in one range of 3 steps
 ])
 def test_deterministic_order_is_group_a16_mgpus_bitwise(rng, monkeypatch, name, m, n, k, words):
     """deterministic=True: the Mosaic kernel's deterministic sums to the last bit (float32
@@ -249,39 +258,54 @@ def test_deterministic_rows_keep_their_bits_across_m(rng):
     _check(many.astype(jnp.bfloat16), x, qw)
 
 
-def test_deterministic_refusals(rng):
-    from pallas_kernels.group_a16_decode_mgpu import det_order, det_refusal
+def test_deterministic_ranges_hold_whole_steps(rng):
+    """det_range_parts: the fewest of deterministic mode's parts a K range holds for whole
+    pipeline steps (2 K-blocks NVFP4, 4 MX), this device's under k_shards; deterministic mode's
+    launch is fixed, and an explicit path still refuses what the kernel cannot take."""
+    from pallas_kernels.group_a16_decode_mgpu import det_order, det_range_parts
     assert det_order(4096, 4096) == (8, 2, 8)
     assert det_order(57344, 8192) == (8, 1, 8)  # past DET_GROUPS_MAX_N: one group
-    assert det_refusal("nvfp4", 1, 4096, 4096) is None
-    assert "7 K-blocks" in det_refusal("nvfp4", 1, 24576, 7168)
-    assert det_refusal("mxfp4", 1, 4096, 14336) and det_refusal("nvfp4", 1, 4096, 14336) is None
+    assert det_range_parts("nvfp4", 4096, 4096) == det_range_parts("mxfp4", 4096, 4096) == 1
+    assert det_range_parts("nvfp4", 24576, 7168) == 2  # 7 K-blocks a part
+    assert det_range_parts("mxfp4", 4096, 14336) == det_range_parts("mxfp4", 7168, 18432) == 2
+    assert det_range_parts("mxfp4", 128, 1536) == 4  # 4 parts of 3 K-blocks: one range
     from pallas_kernels import k_shards
-    with k_shards("tp", 2):  # a device's K=2048 of 4096: 4 of the 8 parts, 4 K-blocks each
-        assert det_order(4096, 2048) == (8, 2, 4)
-        assert det_refusal("mxfp4", 1, 4096, 2048) is None
+    with k_shards("tp", 2):  # a device's K=3584 of 7168: 4 of the 8 parts, 7 K-blocks each
+        assert det_order(4096, 3584) == (8, 2, 4) and det_range_parts("nvfp4", 4096, 3584) == 2
     x, qw = _make(rng, "nvfp4_a16", 1, 128, 512)
     with pytest.raises(ValueError, match="leave splits and load unset"):
         _run(x, qw, deterministic=True, splits=2, interpret=True)
-    with pytest.raises(ValueError, match="deterministic mode cannot run here.*do not hold whole"):
-        _run(*_make(rng, "mxfp4_a16", 1, 64, 1536), deterministic=True, interpret=True)
     from pallas_kernels.fp4_matmul import mgpu_path
-    with pytest.raises(ValueError, match="path='decode' cannot run.*7 K-blocks"):
-        mgpu_path("nvfp4", 1, 4096, 7168, 1, jnp.bfloat16, deterministic=True, config=None,
+    with pytest.raises(ValueError, match="path='decode' cannot run.*M <= 16"):
+        mgpu_path("nvfp4", 17, 4096, 7168, 1, jnp.bfloat16, deterministic=True, config=None,
                   path="decode", interpret=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,k,n", [("nvfp4_a16", 4096, 4096), ("nvfp4_a16", 8192, 8192),
-                                      ("mxfp4_a16", 4096, 6144), ("nvfp4_a16", 18432, 7168)])
+                                      ("mxfp4_a16", 4096, 6144), ("nvfp4_a16", 18432, 7168),
+                                      ("nvfp4_a16", 7168, 4096), ("mxfp4_a16", 14336, 2048)])
 def test_gpu_deterministic_order_is_group_a16_mgpus_bitwise(rng, name, k, n):
     """On the H200 the deterministic decode gives group_a16_mgpu's deterministic bits at M=1,
-    8, 9 and 16 (8192x8192: codes as words) -- what the dispatcher needs before it may run this
-    kernel at M <= 16 and that one above in deterministic mode (session 28: prepared, unrun)."""
+    8, 9 and 16 (8192x8192: codes as words; K=7168 and MX K=14336: two parts a K range) --
+    what lets the dispatcher run this kernel at M <= 16 and that one above in deterministic
+    mode."""
     for m in (1, 8, 9, 16):
         x, qw = _make(rng, name, m, n, k)
         want, got = jax.jit(lambda x: _det_pair(x, qw))(x)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"M={m}")
+
+
+@pytest.mark.gpu
+def test_gpu_deterministic_range_parts_keep_the_bits(rng):
+    """On the H200, NVFP4 at 2, 4 and 8 parts a K range: group_a16_mgpu's deterministic bits
+    still, at M=1 and 16."""
+    for m in (1, 16):
+        x, qw = _make(rng, "nvfp4_a16", m, 8192, 8192)
+        for rp in (2, 4, 8):
+            want, got = jax.jit(lambda x, rp=rp: _det_pair(x, qw, range_parts=rp))(x)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
+                                          err_msg=f"M={m} range_parts={rp}")
 
 
 @pytest.mark.gpu
@@ -326,3 +350,24 @@ def test_gpu_dispatcher_takes_it_and_agrees(rng, name):
         y64, r64 = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (y, ref))
         assert np.isfinite(y64).all()
         assert np.linalg.norm(y64 - r64) <= 2.0 ** -8 * np.linalg.norm(r64), (name, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["nvfp4_a16", "mxfp4_a16", "nvfp4"])
+def test_gpu_deterministic_rows_cross_the_decode_kernel(rng, name):
+    """Deterministic mode on the H200 with bf16 x: up to 16 rows the decode kernel in
+    group_a16_mgpu's order (describe_config says so), above it group_a16_mgpu -- a row computed
+    alone (decode) is bitwise that row of 2, 7 (decode), 64 and 300 rows (group_a16_mgpu)."""
+    from invariance import assert_rows_batch_invariant
+    spec = formats.get(name)
+    k, n = 4096, 4096
+    w = rng.standard_normal((n, k)) * 0.05
+    calib = jnp.asarray(rng.standard_normal((4, k)), jnp.bfloat16)
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), spec,
+                          calibration=calib if spec.activation is not None else None)
+    kernel = "pallas_mxfp4" if name.startswith("mx") else "pallas_nvfp4"
+    paths = {m: describe_config(kernel, m, qw, spec, jnp.bfloat16, True)["path"]
+             for m in (1, 16, 17)}
+    assert paths[1].startswith("decode") and "deterministic order" in paths[1], paths[1]
+    assert paths[16].startswith("decode") and paths[17].startswith("mgpu"), paths
+    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300), name)

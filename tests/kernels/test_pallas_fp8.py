@@ -320,7 +320,7 @@ def test_paths_are_chosen_only_in_default_mode():
     assert a16(MGPU_MIN_M, w_scale_kind="block", **shape) == "mgpu"
     assert a16(4096, w_scale_kind="block", **shape) == "mgpu"
     assert a16(MGPU_MIN_M, **shape) == "mgpu" and a16(1024, **shape) == "dense"
-    assert a16(1, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
+    assert a16(4, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
     # whole-K scales at decode: the plain-pipeline kernel (several CTAs an SM) up to
     # DECODE_MAX_M rows ...
     from pallas_kernels.fp8_a16_decode_mgpu import DECODE_MAX_M
@@ -336,7 +336,18 @@ def test_paths_are_chosen_only_in_default_mode():
                 for m in (1, lo, hi, hi + 1, DECODE_MAX_M, DECODE_MAX_M + 1)] == [
             "decode", "dense", "dense", "decode", "decode", "mgpu"]
     assert a16(1, **{**shape, "n": 192}) == "pallas"  # (the Mosaic kernels' N: 128-row tiles)
-    assert {a16(m, w_scale_kind="block", **shape) for m in (1, lo, hi, 9, 16)} == {"mgpu"}
+    # block scales: the plain kernel at M = 1 and 9-16 up to DECODE_BLOCK_MAX_K, else Mosaic
+    from pallas_kernels.fp8_paths import DECODE_BLOCK_MAX_K, det_decode_wins
+    assert [a16(m, w_scale_kind="block", **shape) for m in (1, lo, hi, 9, 16, 17)] == [
+        "decode", "mgpu", "mgpu", "decode", "decode", "mgpu"]
+    assert {a16(m, w_scale_kind="block", **{**shape, "k": DECODE_BLOCK_MAX_K + 128})
+            for m in (1, 16)} == {"mgpu"}
+    # deterministic mode: the plain kernel in the Mosaic kernel's order where N or K <= 4096,
+    # on the GPU only (the interpreter's x tile sets its bits there)
+    assert det_decode_wins(1, 4096, 4096, False) and det_decode_wins(16, 4096, 14336, False)
+    assert det_decode_wins(8, 28672, 4096, False) and not det_decode_wins(9, 28672, 4096, False)
+    assert not det_decode_wins(1, 8192, 8192, False) and not det_decode_wins(17, 4096, 4096, False)
+    assert not det_decode_wins(1, 4096, 4096, True) and not det_decode_wins(1, 200, 256, False)
     assert not widens(256, 384, jnp.bfloat16, hi) and widens(256, 384, jnp.bfloat16, 1024)
     assert a16(1, w_scale_kind="block", **{**shape, "interpret": False}) == (
         "mgpu" if mosaic_wgmma_ok(False) else "pallas")
@@ -563,8 +574,16 @@ def test_gpu_mid_m_paths_match_the_reference(rng, fmt):
 @pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
                                  "fp8_block"])
 def test_gpu_batch_invariant_rows(rng, fmt):
+    """Weight-only rows alone and at M = 2, 7 run the decode kernel in the Mosaic kernel's
+    deterministic order (N or K <= 4096 here), those of 64 rows and more the Mosaic kernel."""
+    from jqlin.kernels.pallas_fp8 import describe_config
     k, n = GPU_SHAPES[fmt]
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
+    if formats.get(fmt).activation is None:
+        paths = [describe_config(KERNEL_OF[fmt], m, qw, qw.spec, jnp.bfloat16, True)["path"]
+                 for m in (1, 16, 17)]
+        assert [p.split(" ")[0] for p in paths] == ["decode", "decode", "mgpu"], paths
+        assert "deterministic order" in paths[0], paths[0]
     assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 255, 4096), fmt)
 
 
