@@ -53,17 +53,20 @@ def plain_op(spec_name: str, splits: int | None, stages: int | None,
     return bench.Op(f"plain_{launch}{tag}", spec_name, "default", fn)
 
 
-def det_op(spec_name: str, range_parts: int) -> bench.Op:
+def det_op(spec_name: str, range_parts: int | None, overlap: bool = False) -> bench.Op:
     """The decode kernel in deterministic mode's order (group_a16_decode_mgpu(deterministic=
-    True): the dispatcher's since session 29) with range_parts of the K parts a CTA."""
+    True): the dispatcher's since session 29) with range_parts of the K parts a CTA (None: the
+    least), a step's chains issued together if overlap."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         fmt, w, s, col, post = _operands(qw)
         return qw.trim_rows(group_a16_decode_mgpu(fmt, x, w, s, col, post=post,
                                                   deterministic=True, range_parts=range_parts,
-                                                  interpret=interpret))
-    return bench.Op(f"plain_det_rp{range_parts}", spec_name, "det", fn)
+                                                  overlap=overlap, interpret=interpret))
+    name = "plain_det" + (f"_rp{range_parts}" if range_parts else "") + (
+        "_overlap" if overlap else "")
+    return bench.Op(name, spec_name, "det", fn)
 
 
 def warp_specialized_op(spec_name: str, deterministic: bool = False) -> bench.Op:
@@ -94,6 +97,9 @@ def main(argv=None) -> int:
     p.add_argument("--det-range-parts", default="",
                    help="with --det: the decode kernel's deterministic launches, K parts a CTA "
                         "(a multiple of det_range_parts')")
+    p.add_argument("--det-overlap", action="store_true",
+                   help="with --det: the decode kernel's deterministic order with a step's "
+                        "chains issued together (prepared in session 29)")
     p.add_argument("--rule", action="store_true",
                    help="also the decode kernel at its own launch rule (group_decode_params)")
     p.add_argument("--loads", default="rule",
@@ -115,6 +121,8 @@ def main(argv=None) -> int:
             continue
         if args.det and args.det_range_parts:
             ops += [det_op(spec_name, int(r)) for r in args.det_range_parts.split(",")]
+        if args.det and args.det_overlap:
+            ops.append(det_op(spec_name, None, overlap=True))
         loads = [ld for ld in args.loads.split(",")
                  if ld != "words" or not spec_name.startswith("mxfp8")]
         ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp in splits for st in stages]

@@ -37,6 +37,7 @@ NOTES.md); compute-sanitizer found nothing in a run of its own.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, NamedTuple
 
@@ -193,7 +194,7 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
                 chains: str = "range", chain_scales: jax.Array | None = None,
-                range_parts: int = 1) -> jax.Array:
+                range_parts: int = 1, overlap: bool = False) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T, range s holding its K range's
     sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
     (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
@@ -209,6 +210,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     necessarily of whole steps), each part's total kept apart and stored as its own slab --
     (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
     be one CTA each (nor hold whole steps).
+    overlap ("block" chains, blocks > 1): a step's K-blocks' chains are all issued before the
+    first is waited for (the next block's decode beside the last one's wgmma), then added in K
+    order -- the same chains and additions, so the same bits; prepared in session 29, not
+    measured, so no caller sets it by default.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -220,6 +225,9 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                and cs.shape[1] % 4 == 0 and cs.shape[1] * BLOCK >= k):
         raise ValueError(f"plain_slabs: chain_scales must be (N,) or (N/128, >= K/128 in a "
                          f"multiple of 4), got {tuple(cs.shape)} for N={n}, K={k}")
+    if overlap and (chains != "block" or blocks == 1):
+        raise ValueError("plain_slabs: overlap needs 'block' chains and steps of several "
+                         f"K-blocks, got chains={chains!r}, blocks={blocks}")
     if range_parts < 1 or range_parts > 1 and chains != "block" or (
             k // BLOCK // splits) % range_parts:
         raise ValueError(f"plain_slabs: range_parts must split each of the {splits} K ranges "
@@ -282,17 +290,36 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
 
             part_blocks = steps * blocks // range_parts
 
+            def block_xt(x_smem, j):
+                return (x_smem if blocks == 1 else
+                        x_smem.at[:, pl.ds(j * BLOCK, BLOCK)]).transpose((1, 0))
+
+            def step_chains(w_smem, x_smem, s_smem):  # the step's K-blocks' chains, each from 0
+                if overlap:  # all issued, then waited for in K order: the same chains
+                    def issued(*accs):
+                        for j, acc in enumerate(accs):
+                            plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem),
+                                        block_xt(x_smem, j))
+                        done = []
+                        for j, acc in enumerate(accs):
+                            plgpu.wgmma_wait(blocks - 1 - j)
+                            done.append(acc[...])
+                        return tuple(done)
+                    return pl.run_scoped(issued, *[plgpu.ACC((WG_ROWS, block_m), F32)
+                                                   for _ in range(blocks)])
+
+                def chain(j, acc):
+                    plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem), block_xt(x_smem, j))
+                    plgpu.wgmma_wait(0)
+                    return acc[...]
+                # (lazily: each chain traced just before its addition, as before `overlap`)
+                return (pl.run_scoped(functools.partial(chain, j),
+                                      plgpu.ACC((WG_ROWS, block_m), F32))
+                        for j in range(blocks))
+
             def step(idx, w_smem, x_smem, *rest):
                 *s_smem, totals = rest
-                for j in range(blocks):
-                    xt = (x_smem if blocks == 1 else
-                          x_smem.at[:, pl.ds(j * BLOCK, BLOCK)]).transpose((1, 0))
-
-                    def chain(acc):
-                        plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem), xt)
-                        plgpu.wgmma_wait(0)
-                        return acc[...]
-                    part = pl.run_scoped(chain, plgpu.ACC((WG_ROWS, block_m), F32))
+                for j, part in enumerate(step_chains(w_smem, x_smem, s_smem)):
                     if row is not None:
                         part = part * lax.broadcast_in_dim(row, part.shape, [0])
                     elif cs_smem is not None:
