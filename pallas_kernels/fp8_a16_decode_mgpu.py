@@ -54,7 +54,7 @@ from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled, zero_total
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
-           "decode_fits", "plain_slabs", "det_order", "SCALE_KINDS"]
+           "decode_fits", "plain_slabs", "det_order", "least_range_parts", "SCALE_KINDS"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -119,10 +119,21 @@ def det_order(n: int, k: int) -> tuple[int, int, int]:
     return parts, det_groups(n, parts), device_ranges(parts, k * count, count)
 
 
+def least_range_parts(n: int, k: int, step_blocks: int) -> int:
+    """The fewest of det_order's parts (this device's) a K range must hold for its K-blocks to
+    make whole steps of step_blocks; at most all of them (whole steps only if K is)."""
+    _, _, local = det_order(n, k)
+    per_part, held = k // BLOCK // local, 1
+    while (held * per_part) % step_blocks and held < local:
+        held *= 2
+    return held
+
+
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
-                        range_parts: int | None = None, interpret: bool = False) -> jax.Array:
+                        range_parts: int | None = None, overlap: bool = False,
+                        interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
 
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
@@ -137,7 +148,10 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     Bitwise that kernel's (the interpreter at M >= 9; the GPU at M = 1-16, session 29), so
     deterministic mode takes it where fp8_paths.det_decode_wins. range_parts (deterministic
     mode): how many of the parts a K range (a CTA) holds, each part's total its own slab
-    (None: one; the same bits whatever it is)."""
+    (None: one; the same bits whatever it is). overlap (deterministic mode; prepared in
+    session 29, not measured): steps of two K-blocks whose chains are issued together
+    (plain_slabs' overlap), two parts a range where a part is an odd count of K-blocks -- the
+    same bits; K must be a multiple of 256."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -163,13 +177,18 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
             raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits unset")
         _, groups, local = det_order(n, k)
-        range_parts = range_parts or 1
-        if local % range_parts:
+        if overlap and k % (2 * BLOCK):
+            raise ValueError(f"fp8_a16_decode_mgpu: overlap takes steps of two K-blocks: K "
+                             f"must be a multiple of {2 * BLOCK}, got {k}")
+        least = least_range_parts(n, k, 2) if overlap else 1
+        range_parts = range_parts or least
+        if local % range_parts or range_parts % least:
             raise ValueError(f"fp8_a16_decode_mgpu: range_parts must divide this device's "
-                             f"{local} K parts, got {range_parts}")
+                             f"{local} K parts and be a multiple of {least}, got {range_parts}")
         splits = local // range_parts
-    elif range_parts is not None:
-        raise ValueError("fp8_a16_decode_mgpu: range_parts is deterministic mode's")
+    elif range_parts is not None or overlap:
+        raise ValueError("fp8_a16_decode_mgpu: range_parts and overlap are deterministic "
+                         "mode's")
     splits, stages = splits or auto.splits, stages or auto.stages
     if k % (BLOCK * splits):
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
@@ -183,7 +202,7 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
                     chains="range" if per_block is None else "block", chain_scales=per_block,
-                    range_parts=range_parts or 1)
+                    range_parts=range_parts or 1, blocks=2 if overlap else 1, overlap=overlap)
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     if per_block is not None:

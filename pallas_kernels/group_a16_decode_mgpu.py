@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .fp8_a16_decode_mgpu import DECODE_MAX_M, det_order, plain_slabs
+from .fp8_a16_decode_mgpu import DECODE_MAX_M, det_order, least_range_parts, plain_slabs
 from .fp8_heuristics import num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
@@ -116,11 +116,7 @@ def det_range_parts(fmt: str, n: int, k: int) -> int:
     -- 1 where a part does, 2 at K=7168 (7 K-blocks a part) and for MX at K=14336 / 18432.
     Always some: this device's parts (a power of two) together are its whole K, whole steps
     where the kernel fits."""
-    _, _, local = det_order(n, k)  # (k: this device's K; local: its parts)
-    per_part, held = k // BLOCK // local, 1
-    while (held * per_part) % step_blocks(fmt) and held < local:
-        held *= 2
-    return held
+    return least_range_parts(n, k, step_blocks(fmt))  # (k: this device's K)
 
 
 def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
