@@ -54,7 +54,8 @@ from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled, zero_total
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
-           "decode_fits", "plain_slabs", "det_order", "least_range_parts", "SCALE_KINDS"]
+           "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
+           "SCALE_KINDS"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -129,6 +130,18 @@ def least_range_parts(n: int, k: int, step_blocks: int) -> int:
     return held
 
 
+def det_launch(kernel: str, n: int, k: int, least: int,
+               range_parts: int | None) -> tuple[int, int, int]:
+    """Deterministic mode's launch: (det_groups' groups, K ranges, parts a range) -- range_parts
+    (None: least) of this device's det_order parts a range, a multiple of least."""
+    _, groups, local = det_order(n, k)
+    range_parts = range_parts or least
+    if local % range_parts or range_parts % least:
+        raise ValueError(f"{kernel}: range_parts must divide this device's {local} K parts "
+                         f"and be a multiple of {least}, got {range_parts}")
+    return groups, local // range_parts, range_parts
+
+
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
@@ -176,16 +189,12 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         if splits is not None:
             raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits unset")
-        _, groups, local = det_order(n, k)
         if overlap and k % (2 * BLOCK):
             raise ValueError(f"fp8_a16_decode_mgpu: overlap takes steps of two K-blocks: K "
                              f"must be a multiple of {2 * BLOCK}, got {k}")
-        least = least_range_parts(n, k, 2) if overlap else 1
-        range_parts = range_parts or least
-        if local % range_parts or range_parts % least:
-            raise ValueError(f"fp8_a16_decode_mgpu: range_parts must divide this device's "
-                             f"{local} K parts and be a multiple of {least}, got {range_parts}")
-        splits = local // range_parts
+        groups, splits, range_parts = det_launch(
+            "fp8_a16_decode_mgpu", n, k, least_range_parts(n, k, 2) if overlap else 1,
+            range_parts)
     elif range_parts is not None or overlap:
         raise ValueError("fp8_a16_decode_mgpu: range_parts and overlap are deterministic "
                          "mode's")

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .fp8_a16_decode_mgpu import DECODE_MAX_M, det_order, least_range_parts, plain_slabs
+from .fp8_a16_decode_mgpu import (DECODE_MAX_M, det_launch, det_order, least_range_parts,
+                                  plain_slabs)
 from .fp8_heuristics import num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
@@ -156,13 +157,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         if splits is not None or load is not None:
             raise ValueError("group_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits and load unset")
-        _, groups, local = det_order(n, k)
-        least = det_range_parts(fmt, n, k)
-        range_parts = range_parts or least
-        if local % range_parts or range_parts % least:
-            raise ValueError(f"group_a16_decode_mgpu: range_parts must divide this device's "
-                             f"{local} K parts and be a multiple of {least}, got {range_parts}")
-        splits = local // range_parts
+        groups, splits, range_parts = det_launch("group_a16_decode_mgpu", n, k,
+                                                 det_range_parts(fmt, n, k), range_parts)
     elif range_parts is not None or overlap:
         raise ValueError("group_a16_decode_mgpu: range_parts and overlap are deterministic "
                          "mode's")
