@@ -52,7 +52,7 @@ from .mgpu_relabel import permute_cols, permute_k
 
 __all__ = ["group_a16_decode_mgpu", "group_decode_params", "GroupDecodeParams",
            "group_decode_fits", "fit_refusal", "det_order", "det_range_parts",
-           "step_blocks",
+           "det_launch_of", "step_blocks",
            "LOADS", "MIN_CTAS_PER_SM", "MIN_SPLITS", "MAX_SPLITS", "DECODE_MAX_M"]
 
 F32 = jnp.float32
@@ -120,6 +120,13 @@ def det_range_parts(fmt: str, n: int, k: int) -> int:
     return least_range_parts(n, k, step_blocks(fmt))  # (k: this device's K)
 
 
+def det_launch_of(fmt: str, n: int, k: int,
+                  range_parts: int | None = None) -> tuple[int, int, int]:
+    """Deterministic mode's launch for fmt: (groups, K ranges, parts a range) --
+    fp8_a16_decode_mgpu.det_launch at det_range_parts' least."""
+    return det_launch("group_a16_decode_mgpu", n, k, det_range_parts(fmt, n, k), range_parts)
+
+
 def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Array,
                           col_scale: jax.Array | None = None, *, post: str = "none",
                           splits: int | None = None, stages: int | None = None,
@@ -157,8 +164,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         if splits is not None or load is not None:
             raise ValueError("group_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits and load unset")
-        groups, splits, range_parts = det_launch("group_a16_decode_mgpu", n, k,
-                                                 det_range_parts(fmt, n, k), range_parts)
+        groups, splits, range_parts = det_launch_of(fmt, n, k, range_parts)
     elif range_parts is not None or overlap:
         raise ValueError("group_a16_decode_mgpu: range_parts and overlap are deterministic "
                          "mode's")

@@ -1,5 +1,6 @@
 import os
 import pathlib
+import subprocess
 import sys
 import zlib
 
@@ -20,10 +21,29 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tests/oracle.py
 
 
+def _origin_checkout() -> pathlib.Path | None:
+    """The checkout this repository was cloned from, where that is a local directory (a fresh
+    clone made for CI elsewhere, e.g. `git clone . /tmp/x`), else None."""
+    try:
+        url = subprocess.run(["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = pathlib.Path(url.removeprefix("file://")) if url else None
+    return path if path is not None and path.is_absolute() and path.is_dir() else None
+
+
 def _fixtures_dir() -> pathlib.Path:
-    """Third-party fixture checkpoints: $JQLIN_FIXTURES, else ../shared/fixtures beside the repo."""
+    """Third-party fixture checkpoints: $JQLIN_FIXTURES, else ../shared/fixtures beside the repo,
+    else beside the local checkout it was cloned from."""
     env = os.environ.get("JQLIN_FIXTURES")
-    return pathlib.Path(env) if env else REPO.parent / "shared" / "fixtures"
+    if env:
+        return pathlib.Path(env)
+    beside = REPO.parent / "shared" / "fixtures"
+    origin = _origin_checkout()
+    if not beside.is_dir() and origin is not None:
+        return origin.parent / "shared" / "fixtures"
+    return beside
 
 
 FIXTURES = _fixtures_dir()

@@ -10,8 +10,7 @@ Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for
 with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
 activation), NVFP4 and MXFP4 in default mode at M <= 16 run the plain-pipeline decode kernel
 (pallas_kernels.group_a16_decode_mgpu, session 28: several CTAs an SM) where N, K suit it --
-deterministic mode too where its K parts hold whole steps (group_a16_mgpu's order and bits,
-session 29); with
+deterministic mode too, in group_a16_mgpu's order (the same bits; session 29); with
 N, K the kernel takes, the Mosaic GPU kernel (pallas_kernels.group_a16_mgpu,
 session 12: the codes decoded in registers; in deterministic mode from
 group_a16_mgpu.det_predecode_min_m rows on (2048; 4096 for e2m1 codes read as words) decoded
@@ -173,9 +172,10 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
         splits, stages, load = group_decode_params(fmt, n, k)
         order = ""
         if deterministic:  # (group_a16_mgpu's deterministic sums, to the bit)
-            from pallas_kernels.fp8_a16_decode_mgpu import det_order
-            parts, groups, splits = det_order(n, k)
-            order = (f", deterministic order: K in {parts} parts, each K-block's chain from "
+            from pallas_kernels.group_a16_decode_mgpu import det_launch_of, det_order
+            groups, splits, held = det_launch_of(fmt, n, k)
+            order = (f", deterministic order: K in {det_order(n, k)[0]} parts"
+                     f"{f' ({held} a range)' if held > 1 else ''}, each K-block's chain from "
                      f"zero, added in K order by {groups} group(s)")
         return {"path": f"decode (Mosaic GPU plain-pipeline swap-AB kernel, 64-row weight tiles,"
                         f" several CTAs an SM, codes decoded in registers ({load}), "

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_order
+from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_launch, det_order
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
@@ -143,9 +143,9 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
         splits, stages = decode_params(n, k)
         order = ""
         if deterministic:  # (the Mosaic kernel's deterministic sums, to the bit)
-            parts, groups, splits = det_order(n, k)
-            order = (f", deterministic order: K in {parts} parts, each K-block's chain from "
-                     f"zero, added in K order by {groups} group(s)")
+            groups, splits, _ = det_launch("fp8_a16_decode_mgpu", n, k, 1, None)
+            order = (f", deterministic order: K in {det_order(n, k)[0]} parts, each K-block's "
+                     f"chain from zero, added in K order by {groups} group(s)")
         blocks = ", each K-block's chain times its 128x128 block scale" if w_kind == "block" else ""
         return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
                         f"tiles, several CTAs an SM, splits={splits}, stages={stages}"

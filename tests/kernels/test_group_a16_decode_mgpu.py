@@ -389,3 +389,15 @@ def test_gpu_deterministic_rows_cross_the_decode_kernel(rng, name):
     assert paths[1].startswith("decode") and "deterministic order" in paths[1], paths[1]
     assert paths[16].startswith("decode") and paths[17].startswith("mgpu"), paths
     assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 300), name)
+
+
+def test_describe_config_names_the_deterministic_launch(rng, monkeypatch):
+    """explain's account of deterministic mode at K=7168 is the launch the kernel runs: 8 parts
+    of 7 K-blocks, two a range (4 ranges), as det_launch_of gives them."""
+    from pallas_kernels import fp8_paths
+    from pallas_kernels.group_a16_decode_mgpu import det_launch_of
+    monkeypatch.setattr(fp8_paths, "mosaic_wgmma_ok", lambda interpret: True)
+    _, qw = _make(rng, "nvfp4_a16", 1, 64, 7168)
+    assert det_launch_of("nvfp4", 64, 7168) == (2, 4, 2)
+    path = describe_config("pallas_nvfp4", 1, qw, qw.spec, jnp.bfloat16, True)["path"]
+    assert "splits=4," in path and "K in 8 parts (2 a range)" in path, path
