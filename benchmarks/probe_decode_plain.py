@@ -104,10 +104,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
-    splits, stages = ((), ()) if args.grid == "none" else (
-        tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
     ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_w8a16", args.format)] + [
-        launch_op(args.format, sp, st) for sp in splits for st in stages]
+        launch_op(args.format, sp, st) for sp, st in bench.parse_launch_grid(args.grid)]
     if args.rule:
         ops.append(launch_op(args.format, None, None))
     if args.det:

@@ -107,8 +107,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 1024, 128)] if cpu else bench.parse_shapes(args.shapes)
-    splits, stages = ((), ()) if args.grid == "none" else (
-        tuple(int(v) for v in part.split(",")) for part in args.grid.split(":"))
+    grid = bench.parse_launch_grid(args.grid)
     ops = [bench.bf16_op()]
     for spec_name in args.formats.split(","):
         ops.append(bench.kernel_op(KERNEL_OF[spec_name], spec_name))
@@ -125,7 +124,7 @@ def main(argv=None) -> int:
             ops.append(det_op(spec_name, None, overlap=True))
         loads = [ld for ld in args.loads.split(",")
                  if ld != "words" or not spec_name.startswith("mxfp8")]
-        ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp in splits for st in stages]
+        ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp, st in grid]
         if args.rule:
             ops.append(plain_op(spec_name, None, None, "rule"))
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,

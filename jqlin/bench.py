@@ -546,6 +546,18 @@ def format_table(records: Sequence[dict]) -> str:
     return "\n".join([head] + rows)
 
 
+def parse_launch_grid(spec: str) -> list[tuple[int, int]]:
+    """'1,2,4:2,4' (SPLITS:STAGES lists) -> every (splits, stages) pair; 'none' -> []."""
+    if spec == "none":
+        return []
+    try:
+        splits, stages = (tuple(int(v) for v in part.split(",")) for part in spec.split(":"))
+    except ValueError:
+        raise ValueError(f"a launch grid is 'SPLITS:STAGES' comma lists or 'none', got "
+                         f"{spec!r}") from None
+    return [(sp, st) for sp in splits for st in stages]
+
+
 def parse_shapes(spec: str) -> list[tuple[str, int, int]]:
     """'llama3-8b,deepseek-v3' or 'KxN,KxN' -> [(model, K, N)]."""
     out = []

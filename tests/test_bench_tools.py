@@ -105,3 +105,11 @@ def test_run_and_report_writes_the_header_with_partial_records(tmp_path, monkeyp
     assert "copy_bandwidth_Bps" in first and first["device"] and first["platform"] == "cpu"
     final = json.loads(out.read_text())
     assert "partial" not in final and final["records"][0]["label"] == "bf16"
+
+
+def test_parse_launch_grid():
+    from jqlin import bench
+    assert bench.parse_launch_grid("1,2:2,4") == [(1, 2), (1, 4), (2, 2), (2, 4)]
+    assert bench.parse_launch_grid("none") == []
+    with pytest.raises(ValueError, match="SPLITS:STAGES"):
+        bench.parse_launch_grid("1,2")
