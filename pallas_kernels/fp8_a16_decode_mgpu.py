@@ -152,8 +152,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
     w_scale: float32, (N, 1) (scale_kind "channel"), (1, 1) ("tensor") or (ceil(N/128), K/128)
     ("block": 128x128 weight blocks -- each K-block's float32 chain from zero, times its
-    block's scale, added in K order; the dispatcher's choice up to K = 14336 since session 29:
-    fp8_paths.DECODE_BLOCK_MAX_K).
+    block's scale, added in K order; the dispatcher's choice up to K = 14336 since session 29,
+    at M = 2-8 too since session 30: fp8_paths.DECODE_BLOCK_MAX_K).
     splits, stages: the launch (None: decode_params'). interpret: Mosaic GPU's interpreter.
     deterministic: fp8_block_a16_mgpu's deterministic sums instead (det_order: each K-block's
     chain from zero times its scale -- block, channel or tensor -- added in K order within

@@ -59,12 +59,14 @@ DENSE_A16_DECODE_M = (2, FUSED_CONVERT_MAX_M)
 # (probe_decode_plain.py, same runs): at M=1 1.58-1.98x bf16 where the Mosaic kernel ran
 # 1.34-1.97x (11 shapes), at M=16 1.43-1.91x vs 1.21-1.75x (4 shapes); at M=8 even with the
 # dense path (0.97-1.05), which keeps M=2-8.
-# 128x128 block scales take it at M = 1 and 9-16 up to this K (each K-block's chain times its
-# scale, added in K order), the Mosaic kernel beyond and at M = 2-8 (not measured there).
-# H200, session 29 (probe_decode_plain.py --format fp8_block_a16 --rule, 11 shapes, same run,
-# h200_decode_block_plain_s29.json), Mosaic time / this kernel's at its decode_params launch:
-# K <= 14336 (9 shapes) 0.99-1.11 at M=1 (geomean 1.05; 0.99 on 8192x57344), 1.00-1.09 at
-# M=16 (1.06); beyond it 18432x7168 0.93 / 0.95, 28672x8192 0.99 / 1.01.
+# 128x128 block scales take it at every M up to DECODE_MAX_M up to this K (each K-block's
+# chain times its scale, added in K order), the Mosaic kernel beyond (the dense path needs
+# whole-K scales). H200, Mosaic time / this kernel's at its decode_params launch, 11 shapes,
+# same runs (probe_decode_plain.py --format fp8_block_a16 --rule): session 29
+# (h200_decode_block_plain_s29.json) K <= 14336 (9 shapes) 0.99-1.11 at M=1 (geomean 1.05;
+# 0.99 on 8192x57344), 1.00-1.09 at M=16 (1.06); beyond it 18432x7168 0.93 / 0.95, 28672x8192
+# 0.99 / 1.01. Session 30 (h200_decode_block_m2_8_s30.json) M=2 / 4 / 8, K <= 14336: 1.03-1.10
+# / 1.04-1.22 / 1.01-1.10 except 8192x57344 0.99 / 0.98 / 0.99; beyond: 0.93-0.98.
 DECODE_BLOCK_MAX_K = 14336
 # Deterministic mode runs weight-only up to DECODE_MAX_M rows on that kernel in the Mosaic
 # kernel's order (fp8_a16_decode_mgpu(deterministic=True): the same bits -- the GPU test
@@ -74,7 +76,10 @@ DECODE_BLOCK_MAX_K = 14336
 # Mosaic det time / this kernel's, per-channel, M=1: 4096x{4096,6144,28672} 1.14 / 1.05 /
 # 1.08, 14336x4096 1.05; but 8192x8192 0.97, 8192x57344 0.96, 28672x8192 0.91, 7168x24576
 # 0.97, 7168x36864 0.98, 18432x7168 0.85 (8192x10240 1.03). M=16: 1.07 / 1.01 / 0.97 (0.97
-# again in a second run), 1.04. M=2-8 (the same 8-row x tile as M=1) not measured.
+# again in a second run), 1.04. Session 30 (h200_decode_det_m2_8_s30.json), M=2 / 8:
+# 4096x6144 0.96 / 1.07, 4096x28672 1.04 / 1.00, 14336x4096 1.05 / 1.07; 8192x10240 1.07 /
+# 1.03 (left to the Mosaic kernel: one shape, within 7%), 7168x24576 1.00 / 0.97, 8192x57344
+# 0.94 / 0.92.
 # (The interpreter keeps the Mosaic kernel: there its x tile, not the GPU's, sets the bits.)
 DET_DECODE_MAX_SIDE = 4096
 DET_DECODE_MAX_N = 16384
@@ -105,7 +110,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales only where
     its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills) and M is outside
     DENSE_A16_DECODE_M, else 'dense', and below that at M <= DECODE_MAX_M outside
-    DENSE_A16_DECODE_M 'decode' (fp8_a16_decode_mgpu; block scales up to DECODE_BLOCK_MAX_K);
+    DENSE_A16_DECODE_M 'decode' (fp8_a16_decode_mgpu; block scales at every such M up to
+    DECODE_BLOCK_MAX_K);
     else 'pallas'.
     deterministic: for that weight-only case 'mgpu' at every M, except 'decode' (the same
     order, the same bits) where det_decode_wins; else 'pallas'."""
@@ -133,8 +139,7 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "dense"
     if a16_mgpu and whole_k and decode_fits(m, n, k):  # (M <= DECODE_MAX_M)
         return "decode"
-    if (a16_mgpu and w_scale_kind == "block" and decode_fits(m, n, k) and k <= DECODE_BLOCK_MAX_K
-            and not DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]):
+    if a16_mgpu and w_scale_kind == "block" and decode_fits(m, n, k) and k <= DECODE_BLOCK_MAX_K:
         return "decode"
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"

@@ -17,8 +17,8 @@ accumulation at HIGHEST precision, the scales on the float32 result -- the same 
 Weight-only at M = 2-8 (XLA converts the codes inside its own GEMM there), at mid M where the
 Mosaic launch would leave its last wave part-empty, and from M = 1024; W8A8 from M = 128.
 Weight-only with those scales at M = 1 and 9-16 takes pallas_kernels.fp8_a16_decode_mgpu (a
-plain-pipeline Mosaic GPU kernel, several CTAs an SM), and so do 128x128 block scales up to
-K = 14336. `describe_config` reports the path.
+plain-pipeline Mosaic GPU kernel, several CTAs an SM), and so do 128x128 block scales at every
+M <= 16 up to K = 14336. `describe_config` reports the path.
 Deterministic mode never takes the dense GEMM (its summation order follows M): weight-only with
 16-bit x runs the Mosaic GPU kernel's M-free schedule -- up to 16 rows of weights with N or
 K <= 4096 on the decode kernel, in that schedule's order (the same bits; fp8_paths.
@@ -176,7 +176,7 @@ W8A16 = register_kernel(Kernel(
     description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
                 "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
                 "for decode; deterministic mode too, its K order fixed by K), at M = 1 and 9-16 "
-                "(block scales up to K = 14336; deterministic mode at M <= 16 where N or K <= "
+                "(block scales at M <= 16 up to K = 14336; deterministic mode at M <= 16 where N or K <= "
                 "4096, in its order) a plain-pipeline one of several CTAs an SM; "
                 "otherwise Triton "
                 "(split-K / narrow N tiles, gemv at M=1); default mode at M = 2-8 and M >= 1024 "

@@ -320,13 +320,13 @@ def test_paths_are_chosen_only_in_default_mode():
     assert a16(MGPU_MIN_M, w_scale_kind="block", **shape) == "mgpu"
     assert a16(4096, w_scale_kind="block", **shape) == "mgpu"
     assert a16(MGPU_MIN_M, **shape) == "mgpu" and a16(1024, **shape) == "dense"
-    assert a16(4, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
+    assert a16(32, w_scale_kind="block", **shape) == "mgpu"  # its decode settings
     # whole-K scales at decode: the plain-pipeline kernel (several CTAs an SM) up to
     # DECODE_MAX_M rows ...
     from pallas_kernels.fp8_a16_decode_mgpu import DECODE_MAX_M
     assert a16(1, **shape) == "decode" and a16(1, w_scale_kind="tensor", **shape) == "decode"
     # ... but M = 2-8: the dense path, where XLA converts the codes inside its GEMM (no
-    # widening pass up to FUSED_CONVERT_MAX_M rows); block scales keep the Mosaic kernel
+    # widening pass up to FUSED_CONVERT_MAX_M rows); block scales keep the decode kernel
     from pallas_kernels.fp8_dense import FUSED_CONVERT_MAX_M, widens
     from pallas_kernels.fp8_paths import DENSE_A16_DECODE_M
     lo, hi = DENSE_A16_DECODE_M
@@ -336,10 +336,10 @@ def test_paths_are_chosen_only_in_default_mode():
                 for m in (1, lo, hi, hi + 1, DECODE_MAX_M, DECODE_MAX_M + 1)] == [
             "decode", "dense", "dense", "decode", "decode", "mgpu"]
     assert a16(1, **{**shape, "n": 192}) == "pallas"  # (the Mosaic kernels' N: 128-row tiles)
-    # block scales: the plain kernel at M = 1 and 9-16 up to DECODE_BLOCK_MAX_K, else Mosaic
+    # block scales: the plain kernel at M <= 16 up to DECODE_BLOCK_MAX_K, else Mosaic
     from pallas_kernels.fp8_paths import DECODE_BLOCK_MAX_K, det_decode_wins
     assert [a16(m, w_scale_kind="block", **shape) for m in (1, lo, hi, 9, 16, 17)] == [
-        "decode", "mgpu", "mgpu", "decode", "decode", "mgpu"]
+        "decode", "decode", "decode", "decode", "decode", "mgpu"]
     assert {a16(m, w_scale_kind="block", **{**shape, "k": DECODE_BLOCK_MAX_K + 128})
             for m in (1, 16)} == {"mgpu"}
     # deterministic mode: the plain kernel in the Mosaic kernel's order where N or K <= 4096,
