@@ -180,6 +180,10 @@ CURRENT = (
     # deterministic mode on the decode kernel (session 29): 8 shapes, then the 4 with K parts
     # two a CTA (their rows in s29b are the previous launch)
     ("h200_fp4_decode_det_s29b.json", None), ("h200_fp4_decode_det_s29c.json", None),
+    # session 30: deterministic mode at M=2 / 8; block scales at M=2-8 on the decode kernel;
+    # NVFP4 / MXFP4 M=1 and 16 with the committed decode (the MX experiments' baseline)
+    ("h200_decode_det_m2_8_s30.json", None), ("h200_fp4_decode_det_m2_8_s30.json", None),
+    ("h200_decode_block_dispatch_m2_8_s30.json", None), ("h200_mx_two_multiply_s30a.json", None),
 )
 
 
@@ -535,6 +539,30 @@ def main() -> int:
          "29 call 4)"),
         ("h200_fp4_decode_det_range_parts_s29.json", "More K parts a CTA than the least, two "
          "shapes (session 29 call 5: slower or even)"),
+        ("h200_decode_det_overlap_s30.json", "FP8 W8A16 per-channel deterministic mode with a "
+         "step's two K-block chains issued together (plain_det_overlap, the same bits) beside "
+         "the routed det launch, M=1 and 16, 5 shapes (session 30 call 1: slower or even)"),
+        ("h200_fp4_decode_det_overlap_s30.json", "The same for NVFP4 / MXFP4 W4A16 "
+         "(session 30 call 1: slower or even; MX up to 1.45x default)"),
+        ("h200_decode_block_m2_8_s30.json", "FP8 W8A16 block scales at M=2 / 4 / 8: the decode "
+         "kernel at its launch rule (plain_rule) beside the Mosaic kernel the dispatcher ran "
+         "then, 11 shapes (session 30 call 2; routed since up to K = 14336)"),
+        ("h200_decode_det_m2_8_s30.json", "Per-channel W8A16 deterministic mode at M=2 and 8 "
+         "(dispatcher, Mosaic det, decode det), 6 shapes (session 30 call 2)"),
+        ("h200_fp4_decode_det_m2_8_s30.json", "NVFP4 / MXFP4 W4A16 deterministic mode at M=2 "
+         "and 8, 6 shapes (session 30 call 2)"),
+        ("h200_decode_block_dispatch_m2_8_s30.json", "fp8_block_a16 through the dispatcher at "
+         "M=2 / 4 / 8 after the routing change, 11 shapes (session 30 call 5)"),
+        ("h200_mx_one_multiply_branch_s30.json", "MXFP4 decoded in one multiply with a "
+         "per-thread branch to a second where a scale byte exceeds 128 (not committed; "
+         "benchmarks/experiments/mx_one_multiply_s30.patch): 3% slower (session 30 call 3, "
+         "run 1)"),
+        ("h200_mx_two_multiply_s30a.json", "Its baseline, the committed decode, NVFP4 / MXFP4 "
+         "W4A16 and MXFP4 W4A4 at M=1 and 16, 11 shapes (session 30 call 3, run 2)"),
+        ("h200_mx_one_multiply_unguarded_s30.json", "MXFP4 in one multiply without the guard "
+         "(exact only for scale bytes <= 128; probe only): 5% faster (session 30 call 4, run 1)"),
+        ("h200_mx_two_multiply_s30b.json", "Its baseline, the committed decode (session 30 "
+         "call 4, run 2)"),
         ("h200_group_decode_rule_m1_s28.json", "The plain-pipeline group decode at K ranges "
          "1-16 (codes read as group_a16_mgpu.reads_words says), M=1, 11 shapes, beside the "
          "dispatcher of then (group_a16_mgpu) (session 28 call 2; the data group_decode_params "

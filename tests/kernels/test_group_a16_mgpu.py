@@ -451,6 +451,36 @@ def test_gpu_decode_is_exact(rng, blocks, a_load):
     np.testing.assert_array_equal(np.asarray(got), (w[:, hot] * col[:, None]).T)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,load", [("decode", "bytes"), ("decode", "words"),
+                                         ("mgpu", "wgmma"), ("mgpu", "words")])
+@pytest.mark.parametrize("bytes_", ["normal", "tiny"])
+def test_gpu_mx_e2m1_decode_is_exact(rng, kernel, load, bytes_):
+    """MXFP4's decode on the H200: one-hot activation rows pick single weights, y = e2m1 *
+    2**(u - 127) bitwise, for every code and every e8m0 byte u of the range -- normal: 8-252
+    (bf16 normal products), tiny: 0-7 (bf16 subnormal ones, kept by the bf16 multiplies and
+    the tensor cores) -- on the decode kernel (both code loads) and group_a16_mgpu (both)."""
+    from pallas_kernels.group_a16_decode_mgpu import group_a16_decode_mgpu
+    n, k, m = 512, 1024, 16
+    lo, hi = (8, 253) if bytes_ == "normal" else (0, 8)
+    scale = rng.integers(lo, hi, (n, k // 32))
+    hot = rng.permutation(k // 32)[:m] * 32 + rng.integers(0, 32, m)  # one column a group
+    scale[:, hot // 32] = lo + rng.permutation(n * m).reshape(n, m) % (hi - lo)
+    scale = scale.astype(np.uint8)
+    packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    x = np.zeros((m, k), ml_dtypes.bfloat16)
+    x[np.arange(m), hot] = 1
+    args = (jnp.asarray(x), jnp.asarray(packed), jnp.asarray(scale))
+    if kernel == "decode":
+        got = group_a16_decode_mgpu("mxfp4", *args, load=load, out_dtype=jnp.float32)
+    else:
+        got = group_a16_matmul_mgpu("mxfp4", *args, a_load=load, out_dtype=jnp.float32)
+    codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, k)
+    w = E2M1_VALUES[codes].astype(np.float64) * 2.0 ** (np.repeat(scale, 32, 1) - 127.0)
+    assert set(np.unique(scale[:, hot // 32])) == set(range(lo, hi))
+    np.testing.assert_array_equal(np.asarray(got), w[:, hot].T.astype(np.float32))
+
+
 def test_launch_rule_four_blocks_a_step_from_64_weight_tiles_at_m_le_16():
     nvfp4_launch_params = group_launch_params
     for n, k in ((8192, 8192), (57344, 8192), (24576, 7168)):
