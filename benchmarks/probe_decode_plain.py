@@ -58,7 +58,7 @@ def launch_op(fmt: str, splits: int | None, stages: int | None) -> bench.Op:
 def det_op(fmt: str, range_parts: int | None = None, overlap: bool = False) -> bench.Op:
     """The kernel in deterministic mode's order (session 28; the dispatcher's choice where
     fp8_paths.det_decode_wins since session 29), range_parts of the K parts a CTA; overlap:
-    two-block steps, their chains issued together (prepared in session 29)."""
+    two-block steps, their chains issued together (session 29; slower or even in session 30)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):

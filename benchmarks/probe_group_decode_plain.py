@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                         "(a multiple of det_range_parts')")
     p.add_argument("--det-overlap", action="store_true",
                    help="with --det: the decode kernel's deterministic order with a step's "
-                        "chains issued together (prepared in session 29)")
+                        "chains issued together (session 29; slower in session 30)")
     p.add_argument("--rule", action="store_true",
                    help="also the decode kernel at its own launch rule (group_decode_params)")
     p.add_argument("--loads", default="rule",

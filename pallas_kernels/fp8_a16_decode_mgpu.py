@@ -161,8 +161,9 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     Bitwise that kernel's (the interpreter at M >= 9; the GPU at M = 1-16, session 29), so
     deterministic mode takes it where fp8_paths.det_decode_wins. range_parts (deterministic
     mode): how many of the parts a K range (a CTA) holds, each part's total its own slab
-    (None: one; the same bits whatever it is). overlap (deterministic mode; prepared in
-    session 29, not measured): steps of two K-blocks whose chains are issued together
+    (None: one; the same bits whatever it is). overlap (deterministic mode; session 29;
+    measured slower or even in session 30 -- h200_decode_det_overlap_s30.json -- so not
+    routed): steps of two K-blocks whose chains are issued together
     (plain_slabs' overlap), two parts a range where a part is an odd count of K-blocks -- the
     same bits; K must be a multiple of 256."""
     m, k = x.shape
@@ -240,8 +241,9 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     be one CTA each (nor hold whole steps).
     overlap ("block" chains, blocks > 1): a step's K-blocks' chains are all issued before the
     first is waited for (the next block's decode beside the last one's wgmma), then added in K
-    order -- the same chains and additions, so the same bits; prepared in session 29, not
-    measured, so no caller sets it by default.
+    order -- the same chains and additions, so the same bits; session 29, measured
+    slower or even in session 30 (det / default M=16 1.19-1.25x where the routed launch ran
+    1.09-1.19x), so no caller sets it by default.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]

@@ -149,7 +149,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     dispatcher takes it up to 16 rows (fp4_matmul.mgpu_path). range_parts (deterministic
     mode): how many parts a K range holds (None: det_range_parts'; the same bits whatever it
     is). overlap (deterministic mode): a step's K-blocks' chains issued together, waited for in
-    K order (plain_slabs' overlap: the same bits; prepared in session 29, not measured)."""
+    K order (plain_slabs' overlap: the same bits; measured slower or even in session 30, not
+    routed)."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape

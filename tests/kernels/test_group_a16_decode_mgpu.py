@@ -318,7 +318,7 @@ def test_gpu_deterministic_range_parts_keep_the_bits(rng):
 @pytest.mark.parametrize("name,k,n", [("nvfp4_a16", 8192, 8192), ("mxfp4_a16", 4096, 6144),
                                       ("nvfp4_a16", 7168, 4096)])
 def test_gpu_deterministic_overlap_keeps_the_bits(rng, name, k, n):
-    """On the H200 a step's chains issued together (overlap=True, prepared in session 29) give
+    """On the H200 a step's chains issued together (overlap=True, session 29; not routed) give
     group_a16_mgpu's deterministic bits, at M=1 and 16."""
     for m in (1, 16):
         x, qw = _make(rng, name, m, n, k)
