@@ -60,15 +60,17 @@ def test_interpreter_matches_float64(rng, m, n, k, splits, kind, dtype):
 
 
 def test_block_scales_run_when_the_decode_path_is_asked_for(rng):
-    """fp8_w8a16 with 128x128 block scales and path='decode' (not the dispatcher's choice:
-    unmeasured) runs this kernel, within the float64 bound; the auto rule keeps the Mosaic
-    kernel for block scales."""
-    from pallas_kernels.fp8_paths import fp8_path
+    """fp8_w8a16 with 128x128 block scales and path='decode' runs this kernel, within the
+    float64 bound; the auto rule takes it too at M=5 (block scales at M=2-8 since session 30),
+    the Mosaic kernel beyond DECODE_BLOCK_MAX_K."""
+    from pallas_kernels.fp8_paths import DECODE_BLOCK_MAX_K, fp8_path
     from pallas_kernels.fp8_w8a16 import w8a16_matmul
     x, w, ws = _operands(rng, 5, 256, 768, jnp.bfloat16, "block")
     _check(w8a16_matmul(x, w, ws, scale_kind="block", path="decode", interpret=True), x, w, ws)
-    assert fp8_path(5, x_scale_kind="none", w_scale_kind="block", deterministic=False,
-                    interpret=True, n=256, k=768, x_dtype=x.dtype) == "mgpu"
+    rule = dict(x_scale_kind="none", w_scale_kind="block", deterministic=False, interpret=True,
+                n=256, x_dtype=x.dtype)
+    assert fp8_path(5, k=768, **rule) == "decode"
+    assert fp8_path(5, k=DECODE_BLOCK_MAX_K + 128, **rule) == "mgpu"
 
 
 def _det_pair(x, w, ws, kind, interpret, range_parts=None, overlap=False):
