@@ -184,6 +184,8 @@ CURRENT = (
     # NVFP4 / MXFP4 M=1 and 16 with the committed decode (the MX experiments' baseline)
     ("h200_decode_det_m2_8_s30.json", None), ("h200_fp4_decode_det_m2_8_s30.json", None),
     ("h200_decode_block_dispatch_m2_8_s30.json", None), ("h200_mx_two_multiply_s30a.json", None),
+    # W4A4 with the fused activation operand (10 of 11 shapes; 18432x7168 keeps s28's rows)
+    ("h200_fp4_grid_w4a4_fused_s30.json", None),
 )
 
 
@@ -563,6 +565,11 @@ def main() -> int:
          "(exact only for scale bytes <= 128; probe only): 5% faster (session 30 call 4, run 1)"),
         ("h200_mx_two_multiply_s30b.json", "Its baseline, the committed decode (session 30 "
          "call 4, run 2)"),
+        ("h200_fp4_grid_w4a4_fused_s30.json", "NVFP4 / MXFP4 W4A4 at M=1 and 16 through the "
+         "dispatcher with the activation operand in two XLA fusions (session 30 call 7; 10 of "
+         "11 shapes, 18432x7168 timed out; figures of record)"),
+        ("h200_fp4_grid_w4a4_before_s30.json", "The same before (quantize_activation's "
+         "barriers: 7 fusions for NVFP4), same device call (session 30 call 7)"),
         ("h200_group_decode_rule_m1_s28.json", "The plain-pipeline group decode at K ranges "
          "1-16 (codes read as group_a16_mgpu.reads_words says), M=1, 11 shapes, beside the "
          "dispatcher of then (group_a16_mgpu) (session 28 call 2; the data group_decode_params "

@@ -80,3 +80,109 @@ def test_numerics_are_jittable(rng):
     x = jnp.asarray(rng.standard_normal((4, 32)), jnp.float32)
     f = jax.jit(lambda v: unpack_e2m1(pack_e2m1(cast_e2m1(v))).astype(jnp.float32))
     np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(cast_e2m1(x).astype(jnp.float32)))
+
+
+def _same_values(a, b) -> bool:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return np.array_equal(a, b, equal_nan=True) and np.array_equal(np.signbit(a), np.signbit(b))
+
+
+def test_convert_free_roundings_are_the_casts_bitwise():
+    """round_e4m3 / round_e2m1 (reduce_precision, no convert pair: fusable) give cast_e4m3's /
+    cast_e2m1's values for every 997th float32 bit pattern (NaN, inf, subnormals included)
+    and every value on a fine grid around both formats' ranges."""
+    from jqlin.numerics.fp4 import round_e2m1
+    from jqlin.numerics.fp8 import round_e4m3
+    bits = np.arange(0, 2 ** 32, 997, dtype=np.uint64).astype(np.uint32)
+    grid = np.arange(-500, 500, 1 / 4096, dtype=np.float64).astype(np.float32)
+    for v in (bits.view(np.float32), grid):
+        x = jnp.asarray(v)
+        assert _same_values(jax.jit(round_e4m3)(x), cast_e4m3(x).astype(jnp.float32))
+        assert _same_values(jax.jit(round_e2m1)(x), cast_e2m1(x).astype(jnp.float32))
+
+
+def _nvfp4_operand_reference(xf, key, g):
+    """What jqlin.kernels.pallas_fp4 fed the kernel before session 30: quantize_activation's
+    codes times the block scale recovered from its step t."""
+    from jqlin.numerics import quantize_activation
+    from jqlin.numerics.tiling import expand
+    from jqlin.spec import GlobalScale
+    q, t = quantize_activation(xf, key, g)
+    s = cast_e4m3(t * g if key.global_scale is GlobalScale.DIVISOR else t / g)
+    return q.astype(jnp.float32) * expand(s.astype(jnp.float32), *q.shape)
+
+
+def _nvfp4_ties(rng, m, groups):
+    """Activations whose quotients x / t fall exactly on e2m1 rounding ties (0.25 .. 5) with
+    block steps t whose reciprocal is inexact: a reciprocal multiply would round them the
+    other way. With g = 1 both rules give t = s = amax / 6."""
+    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    e4 = e4[np.isfinite(e4) & (e4 >= 2.0 ** -6) & (e4 <= 64)]
+    ties = np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    s = rng.choice(e4, (m, groups, 1))
+    x = rng.choice(ties, (m, groups, 16)) * s * rng.choice([-1, 1], (m, groups, 16))
+    x[:, :, 0] = 6 * s[:, :, 0]  # the amax: x / t = 6
+    return x.reshape(m, groups * 16).astype(np.float32)
+
+
+@pytest.mark.parametrize("rule", ["ct", "modelopt"])
+def test_fused_nvfp4_operand_is_the_reference_bitwise(rng, rule):
+    """nvfp4_codes_times_scales (two XLA fusions, no barriers) gives the barrier-built
+    reference's values, bitwise, under jit: random rows of many magnitudes, rows landing on
+    e2m1 ties with inexact reciprocals, zero groups (the eps / 1 scale), inf and NaN, huge
+    and tiny values; several global scales."""
+    import dataclasses
+    from jqlin import formats
+    from jqlin.numerics.activations import nvfp4_codes_times_scales
+    from jqlin.spec import GlobalScale, ScaleRule
+    key = formats.get("nvfp4").activation
+    if rule == "modelopt":
+        key = dataclasses.replace(key, rule=ScaleRule.MODELOPT,
+                                  global_scale=GlobalScale.MULTIPLIER)
+    k = 256
+    x = rng.standard_normal((12, k)) * np.exp(rng.uniform(-12, 12, (12, 1)))
+    x = np.concatenate([x, _nvfp4_ties(rng, 8, k // 16)]).astype(np.float32)
+    x[0, :16] = 0  # a zero group
+    x[1, 3], x[2, 40], x[3, 7] = np.inf, -np.inf, np.nan
+    x[4, 16:32] = 3e38
+    x[5, 32:48] = 1e-30
+    x = jnp.asarray(x)
+    fused = jax.jit(nvfp4_codes_times_scales, static_argnums=1)
+    ref = jax.jit(_nvfp4_operand_reference, static_argnums=1)
+    for g in (1.0, 448.0 * 6 / 2.5, 0.37, 2.0 ** 20):
+        g = jnp.float32(g)
+        got, want = fused(x, key, g), ref(x, key, g)
+        assert np.isfinite(np.asarray(want)[8:]).all()  # (the ties rows)
+        assert _same_values(got, want), (rule, float(g))
+
+
+@pytest.mark.parametrize("rule", ["ct", "modelopt"])
+def test_fused_mxfp4_operand_is_the_reference_bitwise(rng, rule):
+    """mx_codes_times_scales (no barrier) gives quantize_activation's MXFP4 codes times their
+    e8m0 scales, bitwise, under jit: magnitudes from 2**-140 to 2**120, values on e2m1 ties
+    after the power-of-two scaling, zero groups, inf and NaN."""
+    import dataclasses
+    from jqlin import formats
+    from jqlin.numerics import quantize_activation
+    from jqlin.numerics.activations import mx_codes_times_scales
+    from jqlin.numerics.tiling import expand
+    from jqlin.spec import ScaleRule
+    key = formats.get("mxfp4").activation
+    if rule == "modelopt":
+        key = dataclasses.replace(key, rule=ScaleRule.MODELOPT)
+    k = 256
+    x = rng.standard_normal((12, k)) * np.exp2(rng.uniform(-140, 120, (12, 1)))
+    ties = np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0])
+    x = np.concatenate([x, rng.choice(ties, (4, k)) * np.exp2(rng.integers(-20, 20, (4, 1)))
+                        * rng.choice([-1, 1], (4, k))]).astype(np.float32)
+    x[0, :32] = 0
+    x[1, 3], x[2, 40], x[3, 7] = np.inf, -np.inf, np.nan
+
+    def ref(x):
+        q, s = quantize_activation(x, key)
+        return q.astype(jnp.float32) * expand(s, *q.shape)
+    x = jnp.asarray(x)
+    got = jax.jit(lambda x: mx_codes_times_scales(x, key))(x)
+    assert _same_values(got, jax.jit(ref)(x))
+    with pytest.raises(ValueError, match="MXFP4 activations"):
+        mx_codes_times_scales(x, formats.get("mxfp8").activation)

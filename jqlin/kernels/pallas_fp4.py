@@ -22,9 +22,13 @@ multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, fl
 accumulation, measured faster there. Both passes are group_dequant's Pallas kernel where its
 tiles fit the weight (session 21), else XLA's dequantization: the same bits.
 pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is
-available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized activations are computed here, before the kernel, by the
-same `quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
-reference's codes bit for bit, and are handed over in a form that is exact in bf16:
+available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized
+activations are computed here, before the kernel: the MXFP8 ones by the same
+`quantize_activation` the XLA reference uses, the NVFP4 / MXFP4 ones by numerics'
+nvfp4_codes_times_scales / mx_codes_times_scales -- the same values computed without
+optimization barriers, so two XLA fusions where quantize_activation's barriers make seven
+(session 30; tested bitwise against it) -- so the codes are the reference's codes bit for bit,
+and are handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
   * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
     accumulator next to the weight's (t = s / g is not a bf16 number, s and 1/g separately are).
@@ -45,8 +49,8 @@ from pallas_kernels.mx_dense import DENSE_MIN_M
 from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
-from ..numerics import cast_e4m3, quantize_activation
-from ..numerics.tiling import expand
+from ..numerics import quantize_activation
+from ..numerics.activations import mx_codes_times_scales, nvfp4_codes_times_scales
 from ..qweight import QuantizedWeight
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec
 from .pallas_common import HOPPER_PALLAS
@@ -83,16 +87,15 @@ def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
 def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey) -> jax.Array:
     """bf16 (M, Ks) = e2m1 code * e4m3 block scale of the reference's quantized activation.
 
-    quantize_activation returns the block step t = s / g (CT) or b * s2 (ModelOpt) in float32.
-    The e4m3 factor is recovered exactly by rounding t * g (or t / s2) back to e4m3: the float32
+    quantize_activation returns the block step t = s / g (CT) or b * g (ModelOpt) in float32.
+    The e4m3 factor is recovered exactly by rounding t * g (or t / g) back to e4m3: the float32
     round trip is off by at most two ulps, far below half an e4m3 step. The global factor goes
     to the accumulator (nvfp4_post_scale). code * e4m3 needs <= 6 significant bits: exact in bf16.
+    Computed by numerics' nvfp4_codes_times_scales: those values in two XLA fusions instead of
+    quantize_activation's seven (session 30).
     """
     xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
-    q, t = quantize_activation(xf, act, qw.input_scale)
-    g = jnp.asarray(qw.input_scale, F32)
-    s = cast_e4m3(t * g if act.global_scale is GlobalScale.DIVISOR else t / g).astype(F32)
-    return (q.astype(F32) * expand(s, *q.shape)).astype(BF16)
+    return nvfp4_codes_times_scales(xf, act, qw.input_scale).astype(BF16)
 
 
 def nvfp4_post_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
@@ -135,9 +138,9 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
     elif wk.is_fp4:  # MXFP4
         if spec.activation is None:
             parts = _x_parts(x2d, qw)
-        else:  # code * 2**k is exact in bf16
-            q, s = _mx_activation(x2d, qw, spec.activation)
-            parts = [(q.astype(F32) * expand(s, *q.shape)).astype(BF16)]
+        else:  # code * 2**k is exact in bf16 (one XLA pass after the amax: session 30)
+            xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
+            parts = [mx_codes_times_scales(xf, spec.activation).astype(BF16)]
         y = mxfp4_matmul(parts, qw.data, qw.scale, fp4_layout=fp4_layout, decode=decode, **kw)
     elif spec.activation is None:  # MXFP8 weight-only
         y = mxfp8_matmul(_x_parts(x2d, qw), qw.data, qw.scale, **kw)

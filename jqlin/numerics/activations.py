@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
-from .exact import div
+from .exact import div, div_fused
 from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
-from .fp4 import E2M1_MAX, cast_e2m1
-from .fp8 import E4M3_MAX, cast_e4m3
+from .fp4 import E2M1_MAX, cast_e2m1, round_e2m1
+from .fp8 import E4M3_MAX, cast_e4m3, round_e4m3
 from .tiling import expand, tile_amax
 from .weights import E4M3_EPS, _MX_EMAX, family
 
@@ -96,3 +96,48 @@ def _nvfp4(xf, key, input_scale):
         t = b * g
         q = cast_e2m1(div(xf, expand(t, *xf.shape)))
     return q, t
+
+
+def nvfp4_codes_times_scales(xf: jax.Array, key: QuantKey, input_scale) -> jax.Array:
+    """float32 (M, Kp): _nvfp4's e2m1 codes times their e4m3 block scale (the block step times
+    the global factor, rounded back to e4m3 as jqlin.kernels.pallas_fp4 does), bit for bit, in
+    two XLA fusions (the amax reduction and one elementwise pass) where quantize_activation's
+    barriers make seven: round_e4m3 / round_e2m1 for the casts, div_fused for the divisions
+    (session 30; tests compare every value with the reference, ties included)."""
+    g = _need_static(key, input_scale)
+    amax = tile_amax(xf, key)
+    if key.global_scale is GlobalScale.DIVISOR:
+        s = round_e4m3(div_fused(g * amax, E2M1_MAX, amax))
+        s = jnp.where(s == 0, E4M3_EPS, s)
+        t = div_fused(s, g, amax)
+        q = round_e2m1(jnp.clip(div_fused(xf, expand(t, *xf.shape), jnp.abs(xf)),
+                                -E2M1_MAX, E2M1_MAX))
+        s2 = round_e4m3(t * g)
+    else:
+        b = div_fused(amax, E2M1_MAX * g, amax)
+        b = jnp.where(b == 0, 1.0, b)
+        b = round_e4m3(jnp.clip(b, 2.0 ** -9, E4M3_MAX))
+        t = b * g
+        q = round_e2m1(div_fused(xf, expand(t, *xf.shape), jnp.abs(xf)))
+        s2 = round_e4m3(t / g)
+    return q * expand(s2, *xf.shape)
+
+
+def mx_codes_times_scales(xf: jax.Array, key: QuantKey) -> jax.Array:
+    """float32 (M, Kp): _mx's e2m1 codes times their e8m0 scale (MXFP4 activations), bit for
+    bit, with no barrier (round_e2m1 for ties to even; ModelOpt's ties-toward-zero cast has
+    none), so the pass after the amax reduction is one XLA fusion (session 30)."""
+    if key.granularity is not Granularity.GROUP or not key.dynamic or not key.is_fp4:
+        raise ValueError(f"expected MXFP4 activations (dynamic e2m1 groups along K), got "
+                         f"[{key.describe()}]")
+    amax = tile_amax(xf, key)
+    if key.rule is ScaleRule.MODELOPT:
+        u = exponent_modelopt(amax, key.max_value, fused=True)
+    else:
+        u = exponent_ct(amax, _MX_EMAX[key.dtype])
+    scaled = xf * expand(e8m0_reciprocal(u), *xf.shape)
+    if key.rule is ScaleRule.MODELOPT:
+        q = cast_e2m1(scaled, ties="zero").astype(F32)  # (a select of exact values)
+    else:
+        q = round_e2m1(scaled)
+    return q * expand(e8m0_to_f32(u), *xf.shape)
