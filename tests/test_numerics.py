@@ -186,3 +186,39 @@ def test_fused_mxfp4_operand_is_the_reference_bitwise(rng, rule):
     assert _same_values(got, jax.jit(ref)(x))
     with pytest.raises(ValueError, match="MXFP4 activations"):
         mx_codes_times_scales(x, formats.get("mxfp8").activation)
+
+
+@pytest.mark.parametrize("name,rule", [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
+                                       ("fp8_block", "compressed-tensors")])
+def test_fused_fp8_dynamic_codes_are_the_reference_bitwise(rng, name, rule):
+    """fp8_dynamic_codes_fused (prepared, not routed) gives quantize_activation's e4m3 codes
+    and scales bitwise under jit: rows of 2**-140..2**120, quotients on e4m3 rounding ties
+    with inexact reciprocals of the scale, zero rows (the floor / eps scale), inf and NaN."""
+    import dataclasses
+    from jqlin import formats
+    from jqlin.numerics import quantize_activation
+    from jqlin.numerics.activations import fp8_dynamic_codes_fused
+    from jqlin.spec import ScaleRule
+    key = formats.get(name).activation
+    key = dataclasses.replace(key, rule=ScaleRule(rule))
+    k = 512
+    x = rng.standard_normal((10, k)) * np.exp2(rng.uniform(-140, 120, (10, 1)))
+    # ties: amax 448 * s with s = c * 2**j, other values (e4m3 midpoints) * s, where c's
+    # reciprocal is far enough off that x * (1 / s) rounds every midpoint the other way
+    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    e4 = e4[np.isfinite(e4) & (e4 > 0)]
+    mids = ((e4[:-1] + e4[1:]) / 2)[e4[:-1] >= 2.0 ** -6]
+    s = rng.choice([1013.0, 2021.0, 4093.0], (6, 1)) * np.exp2(rng.integers(-30, -5, (6, 1)))
+    ties = rng.choice(mids, (6, k)) * s * rng.choice([-1, 1], (6, k))
+    ties[:, ::128] = 448 * s
+    x = np.concatenate([x, ties]).astype(np.float32)
+    x[0] = 0
+    x[1, 3], x[2, 300], x[3, 7] = np.inf, -np.inf, np.nan
+    x = jnp.asarray(x)
+    q, sc = jax.jit(lambda x: fp8_dynamic_codes_fused(x, key))(x)
+    rq, rs = jax.jit(lambda x: quantize_activation(x, key))(x)
+    assert q.dtype == rq.dtype and sc.shape == rs.shape
+    assert _same_values(sc, rs)
+    assert _same_values(q.astype(jnp.float32), rq.astype(jnp.float32))
+    with pytest.raises(ValueError, match="dynamic fp8"):
+        fp8_dynamic_codes_fused(x, formats.get("nvfp4").activation)

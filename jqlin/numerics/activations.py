@@ -141,3 +141,22 @@ def mx_codes_times_scales(xf: jax.Array, key: QuantKey) -> jax.Array:
     else:
         q = round_e2m1(scaled)
     return q * expand(e8m0_to_f32(u), *xf.shape)
+
+
+def fp8_dynamic_codes_fused(xf: jax.Array, key: QuantKey) -> tuple[jax.Array, jax.Array]:
+    """_fp8's dynamic rule (per token, per group, per tensor) -- e4m3 codes and float32 scales,
+    bit for bit -- without barriers (div_fused, round_e4m3), so the pass after the amax
+    reduction is one XLA fusion: on CPU XLA fp8_ptpc's quantize_activation compiles to 5
+    fusions and fp8_block's to 6 at (1, 4096), this to 2. Prepared in session 30, not routed:
+    the GPU's bits are unchecked (tests/test_numerics.py -k fused on the H200 first; then
+    jqlin.kernels.pallas_fp8.quantize_x may take it)."""
+    if not key.dynamic or family(key) != "fp8":
+        raise ValueError(f"expected a dynamic fp8 activation key, got [{key.describe()}]")
+    amax = tile_amax(xf, key)
+    s = div_fused(amax, E4M3_MAX, amax)
+    if key.rule is ScaleRule.VLLM:
+        s = jnp.maximum(s, _VLLM_MIN_SCALE)
+    else:
+        s = jnp.where(s == 0, jnp.finfo(F32).eps, s)
+    q = round_e4m3(div_fused(xf, expand(s, *xf.shape), jnp.abs(xf)))
+    return q.astype(jnp.float8_e4m3fn), s
