@@ -55,19 +55,18 @@ def launch_op(fmt: str, splits: int | None, stages: int | None) -> bench.Op:
     return bench.Op(name, fmt, "default", fn)
 
 
-def det_op(fmt: str, range_parts: int | None = None, overlap: bool = False) -> bench.Op:
+def det_op(fmt: str, range_parts: int | None = None) -> bench.Op:
     """The kernel in deterministic mode's order (session 28; the dispatcher's choice where
-    fp8_paths.det_decode_wins since session 29), range_parts of the K parts a CTA; overlap:
-    two-block steps, their chains issued together (session 29; slower or even in session 30)."""
+    fp8_paths.det_decode_wins since session 29), range_parts of the K parts a CTA. (Session
+    30's plain_det_overlap rows came from an `overlap` option measured slower and removed
+    since: commit 06b3456 has it.)"""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         scale, kind = _weight_scale(qw, qw.spec)
         return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, deterministic=True,
-                                   range_parts=range_parts, overlap=overlap,
-                                   interpret=interpret)
-    name = "plain_det" + (f"_rp{range_parts}" if range_parts else "") + (
-        "_overlap" if overlap else "")
+                                   range_parts=range_parts, interpret=interpret)
+    name = "plain_det" + (f"_rp{range_parts}" if range_parts else "")
     return bench.Op(name, fmt, "det", fn)
 
 
@@ -97,8 +96,6 @@ def main(argv=None) -> int:
                    help="also deterministic mode: the dispatcher's and this kernel's order")
     p.add_argument("--det-range-parts", default="1",
                    help="with --det: the decode kernel's deterministic launches, K parts a CTA")
-    p.add_argument("--det-overlap", action="store_true",
-                   help="with --det: also two-block steps with their chains issued together")
     p.add_argument("--rule", action="store_true",
                    help="also the kernel at its own launch rule (decode_params)")
     args = p.parse_args(argv)
@@ -112,8 +109,6 @@ def main(argv=None) -> int:
         ops += [bench.kernel_op("pallas_fp8_w8a16", args.format, deterministic=True),
                 mosaic_det_op(args.format)]
         ops += [det_op(args.format, int(r)) for r in args.det_range_parts.split(",")]
-        if args.det_overlap:
-            ops.append(det_op(args.format, overlap=True))
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

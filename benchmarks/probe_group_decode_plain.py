@@ -53,19 +53,18 @@ def plain_op(spec_name: str, splits: int | None, stages: int | None,
     return bench.Op(f"plain_{launch}{tag}", spec_name, "default", fn)
 
 
-def det_op(spec_name: str, range_parts: int | None, overlap: bool = False) -> bench.Op:
+def det_op(spec_name: str, range_parts: int | None) -> bench.Op:
     """The decode kernel in deterministic mode's order (group_a16_decode_mgpu(deterministic=
     True): the dispatcher's since session 29) with range_parts of the K parts a CTA (None: the
-    least), a step's chains issued together if overlap."""
+    least). (Session 30's plain_det_overlap rows: an option removed since, commit 06b3456.)"""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         fmt, w, s, col, post = _operands(qw)
         return qw.trim_rows(group_a16_decode_mgpu(fmt, x, w, s, col, post=post,
                                                   deterministic=True, range_parts=range_parts,
-                                                  overlap=overlap, interpret=interpret))
-    name = "plain_det" + (f"_rp{range_parts}" if range_parts else "") + (
-        "_overlap" if overlap else "")
+                                                  interpret=interpret))
+    name = "plain_det" + (f"_rp{range_parts}" if range_parts else "")
     return bench.Op(name, spec_name, "det", fn)
 
 
@@ -97,9 +96,6 @@ def main(argv=None) -> int:
     p.add_argument("--det-range-parts", default="",
                    help="with --det: the decode kernel's deterministic launches, K parts a CTA "
                         "(a multiple of det_range_parts')")
-    p.add_argument("--det-overlap", action="store_true",
-                   help="with --det: the decode kernel's deterministic order with a step's "
-                        "chains issued together (session 29; slower in session 30)")
     p.add_argument("--rule", action="store_true",
                    help="also the decode kernel at its own launch rule (group_decode_params)")
     p.add_argument("--loads", default="rule",
@@ -120,8 +116,6 @@ def main(argv=None) -> int:
             continue
         if args.det and args.det_range_parts:
             ops += [det_op(spec_name, int(r)) for r in args.det_range_parts.split(",")]
-        if args.det and args.det_overlap:
-            ops.append(det_op(spec_name, None, overlap=True))
         loads = [ld for ld in args.loads.split(",")
                  if ld != "words" or not spec_name.startswith("mxfp8")]
         ops += [plain_op(spec_name, sp, st, ld) for ld in loads for sp, st in grid]

@@ -543,7 +543,8 @@ def main() -> int:
          "shapes (session 29 call 5: slower or even)"),
         ("h200_decode_det_overlap_s30.json", "FP8 W8A16 per-channel deterministic mode with a "
          "step's two K-block chains issued together (plain_det_overlap, the same bits) beside "
-         "the routed det launch, M=1 and 16, 5 shapes (session 30 call 1: slower or even)"),
+         "the routed det launch, M=1 and 16, 5 shapes (session 30 call 1: slower or even; the "
+         "option was removed after, commit 06b3456 has it)"),
         ("h200_fp4_decode_det_overlap_s30.json", "The same for NVFP4 / MXFP4 W4A16 "
          "(session 30 call 1: slower or even; MX up to 1.45x default)"),
         ("h200_decode_block_m2_8_s30.json", "FP8 W8A16 block scales at M=2 / 4 / 8: the decode "

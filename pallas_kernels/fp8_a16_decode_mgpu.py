@@ -145,8 +145,7 @@ def det_launch(kernel: str, n: int, k: int, least: int,
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
-                        range_parts: int | None = None, overlap: bool = False,
-                        interpret: bool = False) -> jax.Array:
+                        range_parts: int | None = None, interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
 
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
@@ -161,11 +160,7 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     Bitwise that kernel's (the interpreter at M >= 9; the GPU at M = 1-16, session 29), so
     deterministic mode takes it where fp8_paths.det_decode_wins. range_parts (deterministic
     mode): how many of the parts a K range (a CTA) holds, each part's total its own slab
-    (None: one; the same bits whatever it is). overlap (deterministic mode; session 29;
-    measured slower or even in session 30 -- h200_decode_det_overlap_s30.json -- so not
-    routed): steps of two K-blocks whose chains are issued together
-    (plain_slabs' overlap), two parts a range where a part is an odd count of K-blocks -- the
-    same bits; K must be a multiple of 256."""
+    (None: one; the same bits whatever it is)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -190,15 +185,9 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         if splits is not None:
             raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits unset")
-        if overlap and k % (2 * BLOCK):
-            raise ValueError(f"fp8_a16_decode_mgpu: overlap takes steps of two K-blocks: K "
-                             f"must be a multiple of {2 * BLOCK}, got {k}")
-        groups, splits, range_parts = det_launch(
-            "fp8_a16_decode_mgpu", n, k, least_range_parts(n, k, 2) if overlap else 1,
-            range_parts)
-    elif range_parts is not None or overlap:
-        raise ValueError("fp8_a16_decode_mgpu: range_parts and overlap are deterministic "
-                         "mode's")
+        groups, splits, range_parts = det_launch("fp8_a16_decode_mgpu", n, k, 1, range_parts)
+    elif range_parts is not None:
+        raise ValueError("fp8_a16_decode_mgpu: range_parts is deterministic mode's")
     splits, stages = splits or auto.splits, stages or auto.stages
     if k % (BLOCK * splits):
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
@@ -212,7 +201,7 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
                     chains="range" if per_block is None else "block", chain_scales=per_block,
-                    range_parts=range_parts or 1, blocks=2 if overlap else 1, overlap=overlap)
+                    range_parts=range_parts or 1)
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     if per_block is not None:
@@ -223,10 +212,10 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
                 chains: str = "range", chain_scales: jax.Array | None = None,
-                range_parts: int = 1, overlap: bool = False) -> jax.Array:
+                range_parts: int = 1) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T (splits * range_parts with
-    range_parts), range s holding its K range's sums (x rows past M zero). x (M <= 16, K) 16-bit; w (N, K) codes of any dtype a_tile reads
-    (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
+    range_parts), range s holding its K range's sums (x rows past M zero). x (M <= 16, K)
+    16-bit; w (N, K) codes of any dtype a_tile reads (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
     A step is `blocks` K-blocks of 128; a_tile(w_ref, s_ref) -> one K-block's (64, 128) A
     operand in x's dtype (s_ref: its `c / blocks` scale columns; None without scales).
     chains: "range" (one wgmma chain over the range) or "block" (each K-block's chain from zero,
@@ -239,11 +228,6 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     necessarily of whole steps), each part's total kept apart and stored as its own slab --
     (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
     be one CTA each (nor hold whole steps).
-    overlap ("block" chains, blocks > 1): a step's K-blocks' chains are all issued before the
-    first is waited for (the next block's decode beside the last one's wgmma), then added in K
-    order -- the same chains and additions, so the same bits; session 29, measured
-    slower or even in session 30 (det / default M=16 1.19-1.25x where the routed launch ran
-    1.09-1.19x), so no caller sets it by default.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -255,9 +239,6 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                and cs.shape[1] % 4 == 0 and cs.shape[1] * BLOCK >= k):
         raise ValueError(f"plain_slabs: chain_scales must be (N,) or (N/128, >= K/128 in a "
                          f"multiple of 4), got {tuple(cs.shape)} for N={n}, K={k}")
-    if overlap and (chains != "block" or blocks == 1):
-        raise ValueError("plain_slabs: overlap needs 'block' chains and steps of several "
-                         f"K-blocks, got chains={chains!r}, blocks={blocks}")
     if range_parts < 1 or range_parts > 1 and chains != "block" or (
             k // BLOCK // splits) % range_parts:
         raise ValueError(f"plain_slabs: range_parts must split each of the {splits} K ranges "
@@ -325,24 +306,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                         x_smem.at[:, pl.ds(j * BLOCK, BLOCK)]).transpose((1, 0))
 
             def step_chains(w_smem, x_smem, s_smem):  # the step's K-blocks' chains, each from 0
-                if overlap:  # all issued, then waited for in K order: the same chains
-                    def issued(*accs):
-                        for j, acc in enumerate(accs):
-                            plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem),
-                                        block_xt(x_smem, j))
-                        done = []
-                        for j, acc in enumerate(accs):
-                            plgpu.wgmma_wait(blocks - 1 - j)
-                            done.append(acc[...])
-                        return tuple(done)
-                    return pl.run_scoped(issued, *[plgpu.ACC((WG_ROWS, block_m), F32)
-                                                   for _ in range(blocks)])
-
                 def chain(j, acc):
                     plgpu.wgmma(acc, a_operand(w_smem, s_smem, j, a_smem), block_xt(x_smem, j))
                     plgpu.wgmma_wait(0)
                     return acc[...]
-                # (lazily: each chain traced just before its addition, as before `overlap`)
+                # (lazily: each chain traced just before its addition)
                 return (pl.run_scoped(functools.partial(chain, j),
                                       plgpu.ACC((WG_ROWS, block_m), F32))
                         for j in range(blocks))

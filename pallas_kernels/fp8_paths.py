@@ -109,10 +109,9 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     MGPU_MIN_M, and for weight-only (x_scale_kind "none") with 16-bit x and N, K multiples of
     BLOCK (n, k, x_dtype: the problem's) at M >= MGPU_A16_MIN_M -- whole-K scales only where
     its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills) and M is outside
-    DENSE_A16_DECODE_M, else 'dense', and below that at M <= DECODE_MAX_M outside
-    DENSE_A16_DECODE_M 'decode' (fp8_a16_decode_mgpu; block scales at every such M up to
-    DECODE_BLOCK_MAX_K);
-    else 'pallas'.
+    DENSE_A16_DECODE_M, else 'dense', and below that 'decode' (fp8_a16_decode_mgpu) at
+    M <= DECODE_MAX_M -- whole-K scales outside DENSE_A16_DECODE_M, block scales up to
+    DECODE_BLOCK_MAX_K; else 'pallas'.
     deterministic: for that weight-only case 'mgpu' at every M, except 'decode' (the same
     order, the same bits) where det_decode_wins; else 'pallas'."""
     if path is not None:
@@ -137,9 +136,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
         return "dense"  # (MID_M_MIN_FILL: the Mosaic launch would leave its last wave part-empty)
     if a16_mgpu and whole_k and DENSE_A16_DECODE_M[0] <= m <= DENSE_A16_DECODE_M[1]:
         return "dense"
-    if a16_mgpu and whole_k and decode_fits(m, n, k):  # (M <= DECODE_MAX_M)
-        return "decode"
-    if a16_mgpu and w_scale_kind == "block" and decode_fits(m, n, k) and k <= DECODE_BLOCK_MAX_K:
+    if a16_mgpu and decode_fits(m, n, k) and (  # (M <= DECODE_MAX_M)
+            whole_k or w_scale_kind == "block" and k <= DECODE_BLOCK_MAX_K):
         return "decode"
     if m >= MGPU_MIN_M and (x_scale_kind, w_scale_kind) == ("group", "block"):
         return "mgpu"

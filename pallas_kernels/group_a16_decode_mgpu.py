@@ -131,8 +131,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                           col_scale: jax.Array | None = None, *, post: str = "none",
                           splits: int | None = None, stages: int | None = None,
                           load: str | None = None, out_dtype=None, deterministic: bool = False,
-                          range_parts: int | None = None, overlap: bool = False,
-                          interpret: bool = False) -> jax.Array:
+                          range_parts: int | None = None, interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16 @ (code(w) * scale(w_scale))^T in out_dtype (default x's); for
     NVFP4 then `post` ("div" | "mul") by col_scale (float32 (N,)) per output column.
 
@@ -148,9 +147,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     whose x tile sets its bits; the GPU at every M: session 29), so deterministic mode's
     dispatcher takes it up to 16 rows (fp4_matmul.mgpu_path). range_parts (deterministic
     mode): how many parts a K range holds (None: det_range_parts'; the same bits whatever it
-    is). overlap (deterministic mode): a step's K-blocks' chains issued together, waited for in
-    K order (plain_slabs' overlap: the same bits; measured slower or even in session 30, not
-    routed)."""
+    is)."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape
@@ -166,9 +163,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
             raise ValueError("group_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits and load unset")
         groups, splits, range_parts = det_launch_of(fmt, n, k, range_parts)
-    elif range_parts is not None or overlap:
-        raise ValueError("group_a16_decode_mgpu: range_parts and overlap are deterministic "
-                         "mode's")
+    elif range_parts is not None:
+        raise ValueError("group_a16_decode_mgpu: range_parts is deterministic mode's")
     splits, stages, load = splits or auto.splits, stages or auto.stages, load or auto.load
     blocks = step_blocks(fmt)
     if k % (BLOCK * blocks * splits):
@@ -196,7 +192,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     slabs = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                         stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
                         chains="block" if deterministic else "range",
-                        range_parts=range_parts or 1, overlap=overlap)
+                        range_parts=range_parts or 1)
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(slabs, slabs.shape[0], n, slabs.shape[2], groups=groups)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None

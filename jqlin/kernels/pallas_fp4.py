@@ -23,12 +23,10 @@ accumulation, measured faster there. Both passes are group_dequant's Pallas kern
 tiles fit the weight (session 21), else XLA's dequantization: the same bits.
 pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is
 available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized
-activations are computed here, before the kernel: the MXFP8 ones by the same
-`quantize_activation` the XLA reference uses, the NVFP4 / MXFP4 ones by numerics'
-nvfp4_codes_times_scales / mx_codes_times_scales -- the same values computed without
-optimization barriers, so two XLA fusions where quantize_activation's barriers make seven
-(session 30; tested bitwise against it) -- so the codes are the reference's codes bit for bit,
-and are handed over in a form that is exact in bf16:
+activations are computed here, before the kernel, by the same `quantize_activation` the XLA
+reference uses (for NVFP4 / MXFP4 two XLA fusions, the amax and one pass, since session 30),
+so the codes are the reference's codes bit for bit, and are handed over in a form that is
+exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
   * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
     accumulator next to the weight's (t = s / g is not a bf16 number, s and 1/g separately are).
@@ -50,7 +48,8 @@ from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
-from ..numerics.activations import mx_codes_times_scales, nvfp4_codes_times_scales
+from ..numerics.fp8 import round_e4m3
+from ..numerics.tiling import expand
 from ..qweight import QuantizedWeight
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec
 from .pallas_common import HOPPER_PALLAS
@@ -91,11 +90,13 @@ def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey)
     The e4m3 factor is recovered exactly by rounding t * g (or t / g) back to e4m3: the float32
     round trip is off by at most two ulps, far below half an e4m3 step. The global factor goes
     to the accumulator (nvfp4_post_scale). code * e4m3 needs <= 6 significant bits: exact in bf16.
-    Computed by numerics' nvfp4_codes_times_scales: those values in two XLA fusions instead of
-    quantize_activation's seven (session 30).
+    (round_e4m3, not the barrier-built cast_e4m3: the same values, and no end to the fusion.)
     """
     xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
-    return nvfp4_codes_times_scales(xf, act, qw.input_scale).astype(BF16)
+    q, t = quantize_activation(xf, act, qw.input_scale)
+    g = jnp.asarray(qw.input_scale, F32)
+    s = round_e4m3(t * g if act.global_scale is GlobalScale.DIVISOR else t / g)
+    return (q.astype(F32) * expand(s, *q.shape)).astype(BF16)
 
 
 def nvfp4_post_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
@@ -138,9 +139,9 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
     elif wk.is_fp4:  # MXFP4
         if spec.activation is None:
             parts = _x_parts(x2d, qw)
-        else:  # code * 2**k is exact in bf16 (one XLA pass after the amax: session 30)
-            xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
-            parts = [mx_codes_times_scales(xf, spec.activation).astype(BF16)]
+        else:  # code * 2**k is exact in bf16
+            q, s = _mx_activation(x2d, qw, spec.activation)
+            parts = [(q.astype(F32) * expand(s, *q.shape)).astype(BF16)]
         y = mxfp4_matmul(parts, qw.data, qw.scale, fp4_layout=fp4_layout, decode=decode, **kw)
     elif spec.activation is None:  # MXFP8 weight-only
         y = mxfp8_matmul(_x_parts(x2d, qw), qw.data, qw.scale, **kw)

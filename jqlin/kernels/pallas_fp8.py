@@ -176,8 +176,8 @@ W8A16 = register_kernel(Kernel(
     description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
                 "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
                 "for decode; deterministic mode too, its K order fixed by K), at M = 1 and 9-16 "
-                "(block scales at M <= 16 up to K = 14336; deterministic mode at M <= 16 where N or K <= "
-                "4096, in its order) a plain-pipeline one of several CTAs an SM; "
+                "(block scales at M <= 16 up to K = 14336; deterministic mode at M <= 16 where "
+                "N or K <= 4096, in its order) a plain-pipeline one of several CTAs an SM; "
                 "otherwise Triton "
                 "(split-K / narrow N tiles, gemv at M=1); default mode at M = 2-8 and M >= 1024 "
                 "with tensor/channel scales: one XLA GEMM of the exact codes",

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
 from .exact import div, div_fused
 from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
-from .fp4 import E2M1_MAX, cast_e2m1, round_e2m1
+from .fp4 import E2M1, E2M1_MAX, cast_e2m1, round_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3, round_e4m3
 from .tiling import expand, tile_amax
 from .weights import E4M3_EPS, _MX_EMAX, family
@@ -77,86 +77,33 @@ def _mx(xf, key):
         u = exponent_ct(amax, _MX_EMAX[key.dtype])
         ties = "even"
     scaled = xf * expand(e8m0_reciprocal(u), *xf.shape)
-    q = cast_e2m1(scaled, ties=ties) if key.is_fp4 else cast_e4m3(scaled)
+    if not key.is_fp4:
+        q = cast_e4m3(scaled)
+    elif ties == "even":  # (no barrier: the pass after the amax stays one fusion, session 30)
+        q = round_e2m1(scaled).astype(E2M1)
+    else:  # (a select of exact values: no barrier either)
+        q = cast_e2m1(scaled, ties=ties)
     return q, e8m0_to_f32(u)
 
 
 def _nvfp4(xf, key, input_scale):
+    # Barrier-free arithmetic (div_fused, round_e4m3 / round_e2m1: the same values as div and
+    # the casts), so that XLA computes all after the amax in one fusion -- seven with the
+    # barriers at decode sizes (session 30; tests: bitwise the NumPy oracle, e2m1 ties whose
+    # block steps have inexact reciprocals included).
     g = _need_static(key, input_scale)
     amax = tile_amax(xf, key)
     if key.global_scale is GlobalScale.DIVISOR:  # compressed-tensors: input_global_scale
-        s = cast_e4m3(div(g * amax, E2M1_MAX)).astype(F32)
-        s = jnp.where(s == 0, E4M3_EPS, s)
-        t = div(s, g)
-        q = cast_e2m1(jnp.clip(div(xf, expand(t, *xf.shape)), -E2M1_MAX, E2M1_MAX))
-    else:  # ModelOpt: input_scale is a multiplier
-        b = div(amax, E2M1_MAX * g)
-        b = jnp.where(b == 0, 1.0, b)
-        b = cast_e4m3(jnp.clip(b, 2.0 ** -9, E4M3_MAX)).astype(F32)
-        t = b * g
-        q = cast_e2m1(div(xf, expand(t, *xf.shape)))
-    return q, t
-
-
-def nvfp4_codes_times_scales(xf: jax.Array, key: QuantKey, input_scale) -> jax.Array:
-    """float32 (M, Kp): _nvfp4's e2m1 codes times their e4m3 block scale (the block step times
-    the global factor, rounded back to e4m3 as jqlin.kernels.pallas_fp4 does), bit for bit, in
-    two XLA fusions (the amax reduction and one elementwise pass) where quantize_activation's
-    barriers make seven: round_e4m3 / round_e2m1 for the casts, div_fused for the divisions
-    (session 30; tests compare every value with the reference, ties included)."""
-    g = _need_static(key, input_scale)
-    amax = tile_amax(xf, key)
-    if key.global_scale is GlobalScale.DIVISOR:
         s = round_e4m3(div_fused(g * amax, E2M1_MAX, amax))
         s = jnp.where(s == 0, E4M3_EPS, s)
         t = div_fused(s, g, amax)
         q = round_e2m1(jnp.clip(div_fused(xf, expand(t, *xf.shape), jnp.abs(xf)),
                                 -E2M1_MAX, E2M1_MAX))
-        s2 = round_e4m3(t * g)
-    else:
+    else:  # ModelOpt: input_scale is a multiplier
         b = div_fused(amax, E2M1_MAX * g, amax)
         b = jnp.where(b == 0, 1.0, b)
         b = round_e4m3(jnp.clip(b, 2.0 ** -9, E4M3_MAX))
         t = b * g
         q = round_e2m1(div_fused(xf, expand(t, *xf.shape), jnp.abs(xf)))
-        s2 = round_e4m3(t / g)
-    return q * expand(s2, *xf.shape)
+    return q.astype(E2M1), t
 
-
-def mx_codes_times_scales(xf: jax.Array, key: QuantKey) -> jax.Array:
-    """float32 (M, Kp): _mx's e2m1 codes times their e8m0 scale (MXFP4 activations), bit for
-    bit, with no barrier (round_e2m1 for ties to even; ModelOpt's ties-toward-zero cast has
-    none), so the pass after the amax reduction is one XLA fusion (session 30)."""
-    if key.granularity is not Granularity.GROUP or not key.dynamic or not key.is_fp4:
-        raise ValueError(f"expected MXFP4 activations (dynamic e2m1 groups along K), got "
-                         f"[{key.describe()}]")
-    amax = tile_amax(xf, key)
-    if key.rule is ScaleRule.MODELOPT:
-        u = exponent_modelopt(amax, key.max_value, fused=True)
-    else:
-        u = exponent_ct(amax, _MX_EMAX[key.dtype])
-    scaled = xf * expand(e8m0_reciprocal(u), *xf.shape)
-    if key.rule is ScaleRule.MODELOPT:
-        q = cast_e2m1(scaled, ties="zero").astype(F32)  # (a select of exact values)
-    else:
-        q = round_e2m1(scaled)
-    return q * expand(e8m0_to_f32(u), *xf.shape)
-
-
-def fp8_dynamic_codes_fused(xf: jax.Array, key: QuantKey) -> tuple[jax.Array, jax.Array]:
-    """_fp8's dynamic rule (per token, per group, per tensor) -- e4m3 codes and float32 scales,
-    bit for bit -- without barriers (div_fused, round_e4m3), so the pass after the amax
-    reduction is one XLA fusion: on CPU XLA fp8_ptpc's quantize_activation compiles to 5
-    fusions and fp8_block's to 6 at (1, 4096), this to 2. Prepared in session 30, not routed:
-    the GPU's bits are unchecked (tests/test_numerics.py -k fused on the H200 first; then
-    jqlin.kernels.pallas_fp8.quantize_x may take it)."""
-    if not key.dynamic or family(key) != "fp8":
-        raise ValueError(f"expected a dynamic fp8 activation key, got [{key.describe()}]")
-    amax = tile_amax(xf, key)
-    s = div_fused(amax, E4M3_MAX, amax)
-    if key.rule is ScaleRule.VLLM:
-        s = jnp.maximum(s, _VLLM_MIN_SCALE)
-    else:
-        s = jnp.where(s == 0, jnp.finfo(F32).eps, s)
-    q = round_e4m3(div_fused(xf, expand(s, *xf.shape), jnp.abs(xf)))
-    return q.astype(jnp.float8_e4m3fn), s

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .exact import div, div_fused
+from .exact import div_fused
 
 
 def e8m0_to_f32(u: jax.Array) -> jax.Array:
@@ -44,15 +44,15 @@ def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
     return jnp.clip(u, 0, 254).astype(jnp.uint8)
 
 
-def exponent_modelopt(amax: jax.Array, elem_max: float, *, fused: bool = False) -> jax.Array:
+def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
     """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127.
 
     ceil(log2(v)) is taken from v's binary exponent (frexp) rather than a log2 call: XLA's log2
     is not exact at powers of two, where torch's is, and an off-by-one exponent doubles a scale.
-    fused: the division by exact.div_fused (no barrier; the same quotient).
+    The division is exact.div_fused's (no barrier, so it fuses; div's quotient).
     """
     a = amax.astype(jnp.float32)
-    v = div_fused(a, elem_max, a) if fused else div(a, elem_max)
+    v = div_fused(a, elem_max, a)
     mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
     e = jnp.where(mant == 0.5, exp - 1, exp)
     e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)

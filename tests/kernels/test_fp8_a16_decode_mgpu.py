@@ -73,7 +73,7 @@ def test_block_scales_run_when_the_decode_path_is_asked_for(rng):
     assert fp8_path(5, k=DECODE_BLOCK_MAX_K + 128, **rule) == "mgpu"
 
 
-def _det_pair(x, w, ws, kind, interpret, range_parts=None, overlap=False):
+def _det_pair(x, w, ws, kind, interpret, range_parts=None):
     """(fp8_block_a16_mgpu's deterministic result, this kernel's), float32."""
     from pallas_kernels.fp8_block_a16_mgpu import fp8_block_a16_matmul_mgpu
     from pallas_kernels.fp8_core import mgpu_launch_params
@@ -83,28 +83,25 @@ def _det_pair(x, w, ws, kind, interpret, range_parts=None, overlap=False):
                                      interpret=interpret, **launch)
     got = fp8_a16_decode_mgpu(x, w, ws, scale_kind=kind, deterministic=True,
                               out_dtype=jnp.float32, range_parts=range_parts,
-                              overlap=overlap, interpret=interpret)
+                              interpret=interpret)
     return want, got
 
 
-@pytest.mark.parametrize("kind,m,n,k,range_parts,overlap", [
-    ("channel", 11, 128, 2048, None, False),  # 8 parts, two groups
-    ("tensor", 16, 256, 1024, None, False),
-    ("block", 9, 256, 2048, None, False),
-    ("channel", 12, 128, 896, None, False),  # 7 K-blocks: one part
-    ("channel", 13, 128, 2048, 2, False),  # two parts a K range, each its own slab
-    ("block", 10, 256, 3072, 4, False),  # four parts of 3 K-blocks a range
-    ("channel", 14, 128, 2048, None, True),  # 2-block steps, chains issued together
-    ("block", 9, 256, 3584, None, True),  # 4 parts of 7 K-blocks: two a range
+@pytest.mark.parametrize("kind,m,n,k,range_parts", [
+    ("channel", 11, 128, 2048, None),  # 8 parts, two groups
+    ("tensor", 16, 256, 1024, None),
+    ("block", 9, 256, 2048, None),
+    ("channel", 12, 128, 896, None),  # 7 K-blocks: one part
+    ("channel", 13, 128, 2048, 2),  # two parts a K range, each its own slab
+    ("block", 10, 256, 3072, 4),  # four parts of 3 K-blocks a range
 ])
-def test_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, m, n, k, range_parts,
-                                                           overlap):
+def test_deterministic_order_is_the_mosaic_kernels_bitwise(rng, kind, m, n, k, range_parts):
     """deterministic=True: fp8_block_a16_mgpu's deterministic sums to the last bit (float32
     output, interpreter; M 9-16, where both kernels' x tiles are 16 rows -- the interpreter's
     dot bits follow the tile width, the GPU's wgmma's do not), where default mode's differ;
     whatever number of parts a K range holds."""
     x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
-    want, got = _det_pair(x, w, ws, kind, True, range_parts, overlap)
+    want, got = _det_pair(x, w, ws, kind, True, range_parts)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     default = fp8_a16_decode_mgpu(x, w, ws, scale_kind=kind, out_dtype=jnp.float32,
                                   interpret=True)
@@ -123,12 +120,8 @@ def test_deterministic_rows_keep_their_bits_across_m(rng):
     with pytest.raises(ValueError, match="range_parts must divide this device's 8 K parts"):
         fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", deterministic=True, range_parts=3,
                             interpret=True)
-    with pytest.raises(ValueError, match="range_parts and overlap are deterministic mode's"):
+    with pytest.raises(ValueError, match="range_parts is deterministic mode's"):
         fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", range_parts=2, interpret=True)
-    with pytest.raises(ValueError, match="overlap takes steps of two K-blocks.*got 896"):
-        x7, w7, ws7 = _operands(rng, 2, 128, 896, jnp.bfloat16, "channel")
-        fp8_a16_decode_mgpu(x7, w7, ws7, scale_kind="channel", deterministic=True,
-                            overlap=True, interpret=True)
     # the fp8 kernel's path='decode' in deterministic mode is this order (asked for only)
     from pallas_kernels.fp8_w8a16 import w8a16_matmul
     got = w8a16_matmul(x, w, ws, scale_kind="channel", path="decode", deterministic=True,
@@ -166,17 +159,6 @@ def test_gpu_deterministic_range_parts_keep_the_bits(rng, kind):
                                           err_msg=f"M={m} range_parts={rp}")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind,k,n", [("channel", 8192, 8192), ("block", 7168, 4096)])
-def test_gpu_deterministic_overlap_keeps_the_bits(rng, kind, k, n):
-    """On the H200 two-block steps with their chains issued together (overlap=True, prepared
-    in session 29) give fp8_block_a16_mgpu's deterministic bits, at M=1 and 16."""
-    for m in (1, 16):
-        x, w, ws = _operands(rng, m, n, k, jnp.bfloat16, kind)
-        want, got = jax.jit(lambda *a: _det_pair(*a, kind, False, overlap=True))(x, w, ws)
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"M={m}")
-
-
 def test_interpreter_launch_rule_matches_float64(rng):
     """decode_params' own launch (None: the rule's splits and stages) at M=1."""
     x, w, ws = _operands(rng, 1, 256, 512, jnp.bfloat16, "channel")
@@ -187,16 +169,13 @@ def test_interpreter_launch_rule_matches_float64(rng):
                                            (16, 1, "channel"), (11, 2, "channel"),
                                            (1, 2, "block"), (16, 4, "block"),
                                            (1, "det", "channel"), (16, "det", "tensor"),
-                                           (9, "det", "block"), (16, "overlap", "block"),
-                                           (1, "overlap", "channel")])
+                                           (9, "det", "block")])
 def test_lowers_for_cuda_on_cpu(m, splits, kind):
     x = jnp.ones((m, 4096), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
     ws = jax.ShapeDtypeStruct({"channel": (4096, 1), "tensor": (1, 1), "block": (32, 32)}[kind],
                               jnp.float32)
-    launch = (dict(deterministic=True) if splits == "det" else
-              dict(deterministic=True, overlap=True) if splits == "overlap" else
-              dict(splits=splits))
+    launch = dict(deterministic=True) if splits == "det" else dict(splits=splits)
     f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, **launch))
     assert "mosaic_gpu" in f.trace(x, w, ws).lower(lowering_platforms=("cuda",)).as_text()
 

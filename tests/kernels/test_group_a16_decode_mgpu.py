@@ -89,11 +89,10 @@ def test_interpreter_launch_rule_and_float32_output(rng):
 @pytest.mark.parametrize("name,load", [("nvfp4_a16", "bytes"), ("nvfp4_a16", "words"),
                                        ("mxfp4_a16", "words"), ("mxfp8_a16", "bytes"),
                                        ("nvfp4_a16", "det"), ("mxfp4_a16", "det"),
-                                       ("nvfp4_a16", "det7168"), ("mxfp4_a16", "overlap")])
+                                       ("nvfp4_a16", "det7168")])
 def test_lowers_for_cuda_on_cpu(rng, name, load):
     x, qw = _make(rng, name, 16, 256, 7168 if load == "det7168" else 4096)
     launch = (dict(deterministic=True) if load in ("det", "det7168") else  # (7168: 2 parts a range)
-              dict(deterministic=True, overlap=True) if load == "overlap" else
               dict(splits=2, load=load))
     f = jax.jit(lambda x: _run(x, qw, **launch))
     assert "mosaic_gpu" in f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
@@ -214,7 +213,7 @@ def test_apply_runs_it_and_describes_it(rng, monkeypatch, name, m):
     assert det.startswith("decode (") and "deterministic order: K in 8 parts" in det, det
 
 
-def _det_pair(x, qw, range_parts=None, overlap=False, **kw):
+def _det_pair(x, qw, range_parts=None, **kw):
     """(group_a16_mgpu's deterministic result, this kernel's deterministic result), float32."""
     from pallas_kernels.group_a16_mgpu import group_a16_matmul_mgpu
     fmt = FMT_OF["nvfp4_a16" if qw.spec.weight.scale_dtype == "float8_e4m3fn" else
@@ -223,20 +222,17 @@ def _det_pair(x, qw, range_parts=None, overlap=False, **kw):
     args = (fmt, x, qw.data, qw.scale, col)
     common = dict(post=post, out_dtype=jnp.float32, deterministic=True, **kw)
     return (group_a16_matmul_mgpu(*args, **common),
-            group_a16_decode_mgpu(*args, range_parts=range_parts, overlap=overlap, **common))
+            group_a16_decode_mgpu(*args, range_parts=range_parts, **common))
 
 
-@pytest.mark.parametrize("name,m,n,k,words,overlap", [
-    ("nvfp4_a16", 11, 128, 2048, False, False),  # 8 parts of 2 K-blocks (a step each), 2 groups
-    ("nvfp4_a16", 16, 128, 4096, True, False),  # codes read as words (x permuted) in both
-    ("mxfp4_a16", 9, 256, 4096, False, False),  # 8 parts of 4 K-blocks (one MX step each)
-    ("nvfp4_a16", 9, 128, 1024, False, False),  # 8 parts of 1 K-block: 2 a range (mid-step ends)
-    ("mxfp4_a16", 16, 128, 1536, False, False),  # 4 parts of 3 K-blocks: one range of 3 steps
-    ("nvfp4_a16", 12, 128, 1024, False, True),  # a step's chains issued together
-    ("mxfp4_a16", 10, 128, 4096, True, True),
+@pytest.mark.parametrize("name,m,n,k,words", [
+    ("nvfp4_a16", 11, 128, 2048, False),  # 8 parts of 2 K-blocks (a step each), 2 groups
+    ("nvfp4_a16", 16, 128, 4096, True),  # codes read as words (x permuted) in both
+    ("mxfp4_a16", 9, 256, 4096, False),  # 8 parts of 4 K-blocks (one MX step each)
+    ("nvfp4_a16", 9, 128, 1024, False),  # 8 parts of 1 K-block: 2 a range (mid-step ends)
+    ("mxfp4_a16", 16, 128, 1536, False),  # 4 parts of 3 K-blocks: one range of 3 steps
 ])
-def test_deterministic_order_is_group_a16_mgpus_bitwise(rng, monkeypatch, name, m, n, k, words,
-                                                        overlap):
+def test_deterministic_order_is_group_a16_mgpus_bitwise(rng, monkeypatch, name, m, n, k, words):
     """deterministic=True: the Mosaic kernel's deterministic sums to the last bit (float32
     output, interpreter). M 9-16: both kernels' x tiles are 16 rows here (the interpreter's
     narrowest deterministic tile is 16, the GPU's 8: the interpreter's dot bits follow the
@@ -246,7 +242,7 @@ def test_deterministic_order_is_group_a16_mgpus_bitwise(rng, monkeypatch, name, 
         monkeypatch.setattr(ga, "reads_words", lambda *a: True)
         monkeypatch.setattr(gd, "reads_words", lambda *a: True)
     x, qw = _make(rng, name, m, n, k)
-    want, got = _det_pair(x, qw, overlap=overlap, interpret=True)
+    want, got = _det_pair(x, qw, interpret=True)
     assert np.isfinite(np.asarray(got)).all()
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     _check(got.astype(jnp.bfloat16), x, qw)
@@ -279,8 +275,8 @@ def test_deterministic_ranges_hold_whole_steps(rng):
     x, qw = _make(rng, "nvfp4_a16", 1, 128, 512)
     with pytest.raises(ValueError, match="leave splits and load unset"):
         _run(x, qw, deterministic=True, splits=2, interpret=True)
-    with pytest.raises(ValueError, match="range_parts and overlap are deterministic mode's"):
-        _run(x, qw, overlap=True, interpret=True)
+    with pytest.raises(ValueError, match="range_parts is deterministic mode's"):
+        _run(x, qw, range_parts=2, interpret=True)
     from pallas_kernels.fp4_matmul import mgpu_path
     with pytest.raises(ValueError, match="path='decode' cannot run.*M <= 16"):
         mgpu_path("nvfp4", 17, 4096, 7168, 1, jnp.bfloat16, deterministic=True, config=None,
@@ -312,18 +308,6 @@ def test_gpu_deterministic_range_parts_keep_the_bits(rng):
             want, got = jax.jit(lambda x, rp=rp: _det_pair(x, qw, range_parts=rp))(x)
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
                                           err_msg=f"M={m} range_parts={rp}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,k,n", [("nvfp4_a16", 8192, 8192), ("mxfp4_a16", 4096, 6144),
-                                      ("nvfp4_a16", 7168, 4096)])
-def test_gpu_deterministic_overlap_keeps_the_bits(rng, name, k, n):
-    """On the H200 a step's chains issued together (overlap=True, session 29; not routed) give
-    group_a16_mgpu's deterministic bits, at M=1 and 16."""
-    for m in (1, 16):
-        x, qw = _make(rng, name, m, n, k)
-        want, got = jax.jit(lambda x: _det_pair(x, qw, overlap=True))(x)
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"M={m}")
 
 
 @pytest.mark.gpu
