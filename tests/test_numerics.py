@@ -175,3 +175,134 @@ def test_mxfp4_activations_are_the_oracle_bitwise(rng, rule):
     x[0, :32] = 0
     q, sc = jax.jit(lambda x: quantize_activation(x, key))(jnp.asarray(x))
     assert _same_values(_codes_times(q, sc, 32), oracle.act_mx(x, 32, True, rule))
+
+
+def _e4m3_ties(rng, m, k, s):
+    """Activations x = mid * s on e4m3 rounding ties (mid a midpoint of two normal e4m3
+    values) with s = c * 2**j, c in {1013, 2021, 4093}: 1 / s is far enough from exact that a
+    reciprocal multiply rounds many of them the other way (a mutant computing x * (1 / s)
+    fails the test below)."""
+    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    e4 = e4[np.isfinite(e4) & (e4 > 0)]
+    mids = ((e4[:-1] + e4[1:]) / 2)[e4[:-1] >= 2.0 ** -6]
+    return rng.choice(mids, (m, k)) * s * rng.choice([-1, 1], (m, k))
+
+
+@pytest.mark.parametrize("name,rule", [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
+                                       ("fp8_block", "compressed-tensors")])
+def test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule):
+    """quantize_activation's dynamic FP8 codes times scales (barrier-free since session 31, so
+    XLA fuses the pass after the amax) are the NumPy oracle's, bitwise, under jit: rows of
+    2**-100..2**120 (subnormal codes, the vLLM floor), rows on e4m3 ties with inexact
+    reciprocals, a zero row (eps / floor scale); inf and NaN give the cast's NaN codes."""
+    import dataclasses
+    from jqlin import formats
+    from jqlin.numerics import quantize_activation
+    from jqlin.spec import ScaleRule
+    key = dataclasses.replace(formats.get(name).activation, rule=ScaleRule(rule))
+    group = key.group_size if name == "fp8_block" else None
+    k = 512
+    # (from 2**-100: below ~2**-118 amax / 448 is a float32 subnormal, which CPU XLA flushes
+    # to zero and NumPy keeps -- not a rule difference)
+    x = rng.standard_normal((10, k)) * np.exp2(rng.uniform(-100, 120, (10, 1)))
+    x[9] = rng.standard_normal(k) * 2.0 ** -22  # the vLLM floor binds: subnormal codes
+    s = rng.choice([1013.0, 2021.0, 4093.0], (6, 1)) * np.exp2(rng.integers(-30, -5, (6, 1)))
+    ties = _e4m3_ties(rng, 6, k, s)
+    ties[:, ::128] = 448 * s  # the amax of every row and group: the scale is s
+    x = np.concatenate([x, ties]).astype(np.float32)
+    x[0] = 0
+    run = jax.jit(lambda x: quantize_activation(x, key))
+    q, sc = run(jnp.asarray(x))
+    assert q.dtype == jnp.float8_e4m3fn
+    assert _same_values(_codes_times(q, sc, group or k),
+                        oracle.act_fp8_dynamic(x, group, vllm=rule == "vllm"))
+    x[1, 3], x[2, 300], x[3, 7] = np.inf, -np.inf, np.nan
+    q, sc = run(jnp.asarray(x))
+    with np.errstate(invalid="ignore"):  # (inf / inf)
+        ref = oracle.e4m3(x / np.repeat(np.asarray(sc), group or k, 1)).astype(np.float32)
+    got = np.asarray(q).astype(np.float32)
+    nan = np.isnan(ref)  # (a NaN code's sign bit is the device's: 0x7f or 0xff, both NaN)
+    assert np.array_equal(np.isnan(got), nan) and _same_values(got[~nan], ref[~nan])
+
+
+@pytest.mark.parametrize("rule", ["compressed-tensors", "modelopt"])
+def test_fp8_static_activations_are_the_oracle_bitwise(rng, rule):
+    """Static per-tensor FP8 (barrier-free since session 31): codes times scale bitwise the
+    oracle's for input scales with inexact reciprocals and activations on e4m3 ties."""
+    import dataclasses
+    from jqlin import formats
+    from jqlin.numerics import quantize_activation
+    from jqlin.spec import ScaleRule
+    key = dataclasses.replace(formats.get("fp8_per_tensor").activation, rule=ScaleRule(rule))
+    run = jax.jit(lambda x, s: quantize_activation(x, key, s))
+    for c in (1013.0, 2021.0, 4093.0):
+        s = np.float32(c * 2.0 ** -13)
+        x = np.concatenate([_e4m3_ties(rng, 4, 256, s),
+                            rng.standard_normal((4, 256)) * s * 50]).astype(np.float32)
+        q, sc = run(jnp.asarray(x), jnp.float32(s))
+        assert _same_values(_codes_times(q, sc, 256), oracle.act_fp8_static(x, s, rule)), c
+
+
+def _normal_quotient_pairs(rng, n):
+    """float32 pairs of many magnitudes and both signs whose quotients are normal floats, with
+    runs of equal significands (quotient exactly a power of two) and near-equal ones."""
+    a = rng.standard_normal(n) * np.exp2(rng.uniform(-40, 40, n))
+    b = rng.standard_normal(n) * np.exp2(rng.uniform(-40, 40, n))
+    a[: n // 8] = b[: n // 8] * np.exp2(rng.integers(-20, 20, n // 8))
+    a[n // 8: n // 4] = np.nextafter(b[n // 8: n // 4].astype(np.float32), np.float32(np.inf))
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+def test_division_is_ieee():
+    """exact.div is NumPy's correctly rounded float32 division, bit for bit, for normal operands
+    and quotients (broadcast divisors too: XLA's simplifier makes those a reciprocal multiply,
+    which the correction undoes)."""
+    from jqlin.numerics.exact import div
+    a, b = _normal_quotient_pairs(np.random.default_rng(5), 1 << 18)
+    assert _same_values(jax.jit(div)(a, b), a / b)
+    x = a.reshape(-1, 256)
+    s = np.abs(b[: x.shape[0], None]) + np.float32(1e-30)
+    assert _same_values(jax.jit(div)(x, s), x / s)
+    assert _same_values(jax.jit(lambda x: div(x, np.float32(448.0)))(x), x / np.float32(448.0))
+
+
+def test_division_corrects_guesses_several_ulps_off():
+    """The integer correction rounds the significand quotient from any guess within 4 units --
+    what the GPU's approximate division (2 ulp) or a reciprocal multiply (3) may give; on this
+    CPU the guess is already exact, so the correction is checked here from perturbed guesses."""
+    from jqlin.numerics.exact import _round_significand_quotient
+    rng = np.random.default_rng(6)
+    n = 1 << 16
+    sa = (rng.integers(0, 1 << 23, n) | (1 << 23)).astype(np.uint32)
+    sb = (rng.integers(0, 1 << 23, n) | (1 << 23)).astype(np.uint32)
+    sb[:1000] = sa[:1000]  # quotient 2**23
+    sb[1000:2000] = sa[1000:2000] - 1  # quotients just above 2**23: q rounds to the top, 2**24
+    k = np.where(sa >= sb, 23, 24).astype(np.uint32)
+    exact = np.round(sa.astype(np.float64) * np.exp2(k) / sb).astype(np.int64)  # (never a tie)
+    run = jax.jit(_round_significand_quotient)
+    for d in range(-4, 5):
+        q = run(jnp.asarray(sa), jnp.asarray(sb), jnp.asarray(k),
+                jnp.asarray((exact + d).astype(np.int32)))
+        np.testing.assert_array_equal(np.asarray(q), exact, err_msg=f"guess off by {d}")
+
+
+@pytest.mark.gpu
+def test_gpu_division_and_activation_codes_are_ieee(rng):
+    """On the GPU (whose XLA division is `div.full.f32`, up to 2 ulp off): exact.div is NumPy's
+    division bitwise on 4M pairs, and the FP8 / NVFP4 activation rules' codes -- the ties
+    cases of the tests above -- are the oracle's."""
+    from jqlin.numerics.exact import div
+    a, b = _normal_quotient_pairs(np.random.default_rng(7), 1 << 22)
+    got = jax.jit(div)(jnp.asarray(a), jnp.asarray(b))
+    plain = np.asarray(jax.jit(jnp.divide)(jnp.asarray(a), jnp.asarray(b)))
+    print("plain XLA division differs on", int(np.sum(plain.view(np.uint32) != (a / b).view(np.uint32))),
+          "of", a.size)
+    assert _same_values(got, a / b)
+    for name, rule in [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
+                       ("fp8_block", "compressed-tensors")]:
+        test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule)
+    for rule in ("compressed-tensors", "modelopt"):
+        test_fp8_static_activations_are_the_oracle_bitwise(rng, rule)
+    for rule in ("ct", "modelopt"):
+        test_nvfp4_activations_are_the_oracle_bitwise(rng, rule)
+        test_mxfp4_activations_are_the_oracle_bitwise(rng, rule)

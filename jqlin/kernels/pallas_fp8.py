@@ -7,8 +7,10 @@ Three kernels, each honouring exactly the specs whose numerics it computes:
   pallas_fp8_block  e4m3 128x128-block weights x e4m3 dynamic 1x128-group activations.
 
 Activations of the W8A8 kernels are quantized here, before the kernel, by the same
-`quantize_activation` the XLA reference uses (one fused XLA pass), so the codes are the
-reference's codes bit for bit whatever producer rule (CT / ModelOpt / vLLM) the key names.
+`quantize_activation` the XLA reference uses, so the codes are the reference's codes bit for
+bit whatever producer rule (CT / ModelOpt / vLLM) the key names -- from M = CODES_KERNEL_MIN_M on
+the GPU its scales with the codes from one Pallas pass (pallas_kernels.act_quant, the same bits;
+codes_path).
 
 In default mode, weights with per-tensor / per-channel scales (and activations with per-tensor /
 per-token ones) take pallas_kernels.fp8_dense where it measured faster (fp8_paths): one XLA GEMM
@@ -34,6 +36,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
+from pallas_kernels.act_quant import e4m3_codes
 from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_launch, det_order
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
@@ -41,8 +44,9 @@ from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
 
 from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
+from ..numerics.activations import fp8_division_scale
 from ..qweight import QuantizedWeight
-from ..spec import Granularity, QuantSpec
+from ..spec import Granularity, QuantSpec, ScaleRule
 from .pallas_common import HOPPER_PALLAS
 from .xla import pad_k
 
@@ -57,6 +61,8 @@ _F32 = ("float32",)
 _W_KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel",
            Granularity.BLOCK: "block"}
 _X_KIND = {Granularity.TENSOR: "tensor", Granularity.TOKEN: "row", Granularity.GROUP: "group"}
+# From this M the W8A8 activation codes come from pallas_kernels.act_quant (quantize_x)
+CODES_KERNEL_MIN_M = 128
 
 _W_TC = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granularity.CHANNEL),
                    scale_dtype=_F32, global_scale=(False,))
@@ -97,11 +103,36 @@ def w8a16_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, determin
     return w8a16_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
 
 
-def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec):
-    """e4m3 codes (M, Ks) and float32 scales of x, exactly as the XLA reference computes them."""
-    xf = pad_k(x2d.astype(jnp.float32), qw.storage_shape[1])
-    q, s = quantize_activation(xf, spec.activation, qw.input_scale)
-    return q, s.astype(jnp.float32), _X_KIND[spec.activation.granularity]
+def codes_path(m: int, k_storage: int, key, *, interpret: bool = False) -> str:
+    """Who computes the W8A8 activation codes (the same bits either way): "pallas"
+    (pallas_kernels.act_quant: one pass, the hardware's IEEE division) on the GPU from
+    M = CODES_KERNEL_MIN_M for the division-form rules (all but ModelOpt's static one, which
+    multiplies) and K a multiple of 128; else "xla" (quantize_activation)."""
+    division = key.dynamic or key.rule is not ScaleRule.MODELOPT
+    return ("pallas" if division and not interpret and jax.default_backend() == "gpu"
+            and m >= CODES_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")
+
+
+def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
+               codes: str | None = None, interpret: bool = False):
+    """e4m3 codes (M, Ks) and float32 scales of x, exactly as the XLA reference computes them.
+
+    codes: "xla" (quantize_activation, whose exact division corrects XLA's quotient with
+    integer arithmetic: ALU-bound at prefill sizes) or "pallas" (pallas_kernels.act_quant, the
+    scales still from quantize_activation's rule; division-form rules only); None: codes_path.
+    The same bits either way (tests: tests/kernels/test_act_quant.py)."""
+    k_storage = qw.storage_shape[1]
+    key = spec.activation
+    codes = codes or codes_path(x2d.shape[0], k_storage, key, interpret=interpret)
+    if codes not in ("xla", "pallas"):
+        raise ValueError(f"codes must be 'xla' or 'pallas', got {codes!r}")
+    xf = pad_k(x2d.astype(jnp.float32), k_storage)
+    s = fp8_division_scale(xf, key, qw.input_scale) if codes == "pallas" else None
+    if s is None:
+        q, s = quantize_activation(xf, key, qw.input_scale)
+    else:  # (x in its own dtype: the kernel widens a tile at a time)
+        q = e4m3_codes(pad_k(x2d, k_storage), s, interpret=interpret)
+    return q, s.astype(jnp.float32), _X_KIND[key.granularity]
 
 
 def w8a8_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
@@ -109,7 +140,7 @@ def w8a8_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                config: MatmulConfig | None = None, path: str | None = None) -> jax.Array:
     """The W8A8 / block kernel on a QuantizedWeight; `config` / `path` override the tile
     config / the path (benchmarks)."""
-    xq, xs, x_kind = quantize_x(x2d, qw, spec)
+    xq, xs, x_kind = quantize_x(x2d, qw, spec, interpret=interpret)
     scale, w_kind = _weight_scale(qw, spec)
     y = w8a8_matmul(xq, xs, qw.data, scale, x_scale_kind=x_kind, w_scale_kind=w_kind,
                     out_dtype=x2d.dtype, deterministic=deterministic, interpret=interpret,
@@ -124,7 +155,20 @@ def w8a8_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, determini
 
 def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,
                     deterministic: bool) -> dict:
-    """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)."""
+    """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)
+    and, for the W8A8 kernels, who computes the activation codes (codes_path)."""
+    out = _describe_path(kernel, m, qw, spec, x_dtype, deterministic)
+    if kernel != W8A16.name:
+        interpret = jax.default_backend() == "cpu"
+        out["activation_codes"] = (
+            "one Pallas pass (act_quant, div.rn.f32), scales by XLA"
+            if codes_path(m, qw.storage_shape[1], spec.activation, interpret=interpret)
+            == "pallas" else "XLA (quantize_activation, exact division)")
+    return out
+
+
+def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,
+                   deterministic: bool) -> dict:
     n, k = qw.storage_shape
     w_kind = _W_KIND[spec.weight.granularity]  # not _weight_scale: qw may be abstract
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
-from .exact import div, div_fused
+from .exact import div
 from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1, E2M1_MAX, cast_e2m1, round_e2m1
-from .fp8 import E4M3_MAX, cast_e4m3, round_e4m3
+from .fp8 import E4M3, E4M3_MAX, cast_e4m3, round_e4m3
 from .tiling import expand, tile_amax
 from .weights import E4M3_EPS, _MX_EMAX, family
 
@@ -48,22 +48,29 @@ def _need_static(key: QuantKey, input_scale):
     return jnp.asarray(input_scale, F32).reshape(())
 
 
-def _fp8(xf, key, input_scale):
+def fp8_division_scale(xf: jax.Array, key: QuantKey,
+                       input_scale: jax.Array | None = None) -> jax.Array | None:
+    """The float32 scales s, shaped like the key's grid, of an FP8 rule whose codes are
+    e4m3(clip(x / s, +-448)) -- every FP8 rule but ModelOpt's static one (None there: it
+    multiplies). What a fused codes kernel needs besides x (pallas_kernels.act_quant)."""
     if not key.dynamic:
         s = _need_static(key, input_scale)
-        if key.rule is ScaleRule.MODELOPT:
-            inv = div(E4M3_MAX, s * E4M3_MAX)  # ModelOpt multiplies by 448/amax, then divides back
-            q = cast_e4m3(xf * inv)
-            return q, jnp.reshape(div(1.0, inv), (1, 1))
-        q = cast_e4m3(div(xf, s))
-        return q, jnp.reshape(s, (1, 1))
+        return None if key.rule is ScaleRule.MODELOPT else jnp.reshape(s, (1, 1))
     s = div(tile_amax(xf, key), E4M3_MAX)
     if key.rule is ScaleRule.VLLM:
-        s = jnp.maximum(s, _VLLM_MIN_SCALE)
-    else:
-        s = jnp.where(s == 0, jnp.finfo(F32).eps, s)
-    q = cast_e4m3(div(xf, expand(s, *xf.shape)))
-    return q, s
+        return jnp.maximum(s, _VLLM_MIN_SCALE)
+    return jnp.where(s == 0, jnp.finfo(F32).eps, s)
+
+
+def _fp8(xf, key, input_scale):
+    # Barrier-free (round_e4m3: cast_e4m3's values without a convert pair; div: no barrier
+    # either) so that XLA computes everything after the amax in one fusion, as in _nvfp4 (tests:
+    # bitwise the NumPy oracle, e4m3 ties whose scales have inexact reciprocals included).
+    s = fp8_division_scale(xf, key, input_scale)
+    if s is None:  # ModelOpt static: multiplies by 448/amax, then divides back
+        inv = div(E4M3_MAX, _need_static(key, input_scale) * E4M3_MAX)
+        return round_e4m3(xf * inv).astype(E4M3), jnp.reshape(div(1.0, inv), (1, 1))
+    return round_e4m3(div(xf, expand(s, *xf.shape))).astype(E4M3), s
 
 
 def _mx(xf, key):
@@ -87,23 +94,22 @@ def _mx(xf, key):
 
 
 def _nvfp4(xf, key, input_scale):
-    # Barrier-free arithmetic (div_fused, round_e4m3 / round_e2m1: the same values as div and
-    # the casts), so that XLA computes all after the amax in one fusion -- seven with the
-    # barriers at decode sizes (session 30; tests: bitwise the NumPy oracle, e2m1 ties whose
-    # block steps have inexact reciprocals included).
+    # Barrier-free arithmetic (div, round_e4m3 / round_e2m1: the casts' values), so that XLA
+    # computes all after the amax in one fusion -- seven with barriers at decode sizes
+    # (session 30; tests: bitwise the NumPy oracle, e2m1 ties whose block steps have inexact
+    # reciprocals included).
     g = _need_static(key, input_scale)
     amax = tile_amax(xf, key)
     if key.global_scale is GlobalScale.DIVISOR:  # compressed-tensors: input_global_scale
-        s = round_e4m3(div_fused(g * amax, E2M1_MAX, amax))
+        s = round_e4m3(div(g * amax, E2M1_MAX))
         s = jnp.where(s == 0, E4M3_EPS, s)
-        t = div_fused(s, g, amax)
-        q = round_e2m1(jnp.clip(div_fused(xf, expand(t, *xf.shape), jnp.abs(xf)),
-                                -E2M1_MAX, E2M1_MAX))
+        t = div(s, g)
+        q = round_e2m1(jnp.clip(div(xf, expand(t, *xf.shape)), -E2M1_MAX, E2M1_MAX))
     else:  # ModelOpt: input_scale is a multiplier
-        b = div_fused(amax, E2M1_MAX * g, amax)
+        b = div(amax, E2M1_MAX * g)
         b = jnp.where(b == 0, 1.0, b)
         b = round_e4m3(jnp.clip(b, 2.0 ** -9, E4M3_MAX))
         t = b * g
-        q = round_e2m1(div_fused(xf, expand(t, *xf.shape), jnp.abs(xf)))
+        q = round_e2m1(div(xf, expand(t, *xf.shape)))
     return q.astype(E2M1), t
 

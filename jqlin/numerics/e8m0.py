@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .exact import div_fused
+from .exact import div
 
 
 def e8m0_to_f32(u: jax.Array) -> jax.Array:
@@ -49,10 +49,10 @@ def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
 
     ceil(log2(v)) is taken from v's binary exponent (frexp) rather than a log2 call: XLA's log2
     is not exact at powers of two, where torch's is, and an off-by-one exponent doubles a scale.
-    The division is exact.div_fused's (no barrier, so it fuses; div's quotient).
+    The division is exact.div (correctly rounded on every backend; fuses).
     """
     a = amax.astype(jnp.float32)
-    v = div_fused(a, elem_max, a)
+    v = div(a, elem_max)
     mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
     e = jnp.where(mant == 0.5, exp - 1, exp)
     e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)
