@@ -254,16 +254,18 @@ def _normal_quotient_pairs(rng, n):
 
 
 def test_division_is_ieee():
-    """exact.div is NumPy's correctly rounded float32 division, bit for bit, for normal operands
-    and quotients (broadcast divisors too: XLA's simplifier makes those a reciprocal multiply,
-    which the correction undoes)."""
-    from jqlin.numerics.exact import div
+    """exact.div -- and its GPU path div_corrected, run here directly -- is NumPy's correctly
+    rounded float32 division, bit for bit, for normal operands and quotients (broadcast
+    divisors too: XLA's simplifier makes those a reciprocal multiply, which the correction
+    undoes)."""
+    from jqlin.numerics.exact import div, div_corrected
     a, b = _normal_quotient_pairs(np.random.default_rng(5), 1 << 18)
-    assert _same_values(jax.jit(div)(a, b), a / b)
     x = a.reshape(-1, 256)
     s = np.abs(b[: x.shape[0], None]) + np.float32(1e-30)
-    assert _same_values(jax.jit(div)(x, s), x / s)
-    assert _same_values(jax.jit(lambda x: div(x, np.float32(448.0)))(x), x / np.float32(448.0))
+    for f in (div, lambda a, b: div_corrected(*jnp.broadcast_arrays(a, b))):
+        assert _same_values(jax.jit(f)(a, b), a / b)
+        assert _same_values(jax.jit(f)(x, s), x / s)
+        assert _same_values(jax.jit(lambda x: f(x, np.float32(448.0)))(x), x / np.float32(448.0))
 
 
 def test_division_corrects_guesses_several_ulps_off():
@@ -306,3 +308,37 @@ def test_gpu_division_and_activation_codes_are_ieee(rng):
     for rule in ("ct", "modelopt"):
         test_nvfp4_activations_are_the_oracle_bitwise(rng, rule)
         test_mxfp4_activations_are_the_oracle_bitwise(rng, rule)
+
+
+@pytest.mark.parametrize("name", ["fp8_ptpc", "fp8_block", "fp8_per_tensor", "nvfp4", "mxfp4"])
+def test_activation_rules_have_no_barriers(name):
+    """Lowered for the GPU, the activation rules keep no optimization barrier (each would end
+    an XLA fusion: the FP8 / NVFP4 rules ran as 5-7 kernels with them at decode sizes on the
+    H200). (The CPU lowering divides behind one: exact.div.)"""
+    from jqlin import formats
+    from jqlin.numerics import quantize_activation
+    key = formats.get(name).activation
+    scale = None if key.dynamic and key.global_scale is None else jnp.float32(0.5)
+    text = jax.jit(lambda x: quantize_activation(x, key, scale)).trace(
+        jnp.ones((2, 256), jnp.float32)).lower(lowering_platforms=("cuda",)).as_text()
+    assert "optimization_barrier" not in text
+
+
+def test_rules_on_the_gpu_division_path_are_the_oracle_bitwise(rng, monkeypatch):
+    """The oracle ties tests above with the rules dividing by div_corrected (the GPU's path of
+    exact.div, whose CPU lowering divides behind a barrier instead) -- on this CPU."""
+    from jqlin.numerics import activations
+    from jqlin.numerics.exact import div_corrected
+
+    def corrected(a, b):
+        a = jnp.asarray(a, jnp.float32)
+        return div_corrected(*jnp.broadcast_arrays(a, jnp.asarray(b, jnp.float32)))
+
+    monkeypatch.setattr(activations, "div", corrected)
+    for name, rule in [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
+                       ("fp8_block", "compressed-tensors")]:
+        test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule)
+    for rule in ("compressed-tensors", "modelopt"):
+        test_fp8_static_activations_are_the_oracle_bitwise(rng, rule)
+    for rule in ("ct", "modelopt"):
+        test_nvfp4_activations_are_the_oracle_bitwise(rng, rule)
