@@ -128,6 +128,9 @@ def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
         raise ValueError(f"codes must be 'xla' or 'pallas', got {codes!r}")
     xf = pad_k(x2d.astype(jnp.float32), k_storage)
     s = fp8_division_scale(xf, key, qw.input_scale) if codes == "pallas" else None
+    if codes == "pallas" and s is None:
+        raise ValueError(f"codes='pallas' divides by the scale; the activation rule "
+                         f"[{key.describe()}] multiplies (ModelOpt static): use codes='xla'")
     if s is None:
         q, s = quantize_activation(xf, key, qw.input_scale)
     else:  # (x in its own dtype: the kernel widens a tile at a time)

@@ -6,9 +6,10 @@ GPU it emits `div.full.f32`, which is up to 2 ulp off (openxla/xla#37181: 23% of
 quotients are 1 ulp off; `a / a != 1`), and its simplifier turns `a / c` (c a constant or a
 broadcast) into `a * (1/c)`. One ulp moves a code wherever the quotient sits near a rounding
 boundary of the element format (session 31: the oracle tests' ties fail on the H200 with
-plain division). So `div` takes the hardware's quotient only as a first guess and corrects it
-with exact integer arithmetic on the significands: the correction fuses with its neighbours
-(no barrier), and its answer does not depend on how the guess was computed.
+plain division). So off the CPU `div` takes the hardware's quotient only as a first guess and
+corrects it with exact integer arithmetic on the significands: the correction fuses with its
+neighbours (no barrier), and its answer does not depend on how the guess was computed. The
+CPU's division is IEEE: there only the reciprocal rewrite is stopped (a barrier).
 """
 
 from __future__ import annotations

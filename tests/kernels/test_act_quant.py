@@ -85,6 +85,9 @@ def test_codes_kernel_rejects_bad_arguments():
     qw, spec = _weight("fp8_ptpc", "vllm", 128, 256, x)
     with pytest.raises(ValueError, match="codes must be"):
         quantize_x(x, qw, spec, codes="triton")
+    qw, spec = _weight("fp8_per_tensor", "modelopt", 128, 256, x)
+    with pytest.raises(ValueError, match="multiplies"):
+        quantize_x(x, qw, spec, codes="pallas", interpret=True)
 
 
 @pytest.mark.gpu
