@@ -297,9 +297,16 @@ def test_gpu_division_and_activation_codes_are_ieee(rng):
     a, b = _normal_quotient_pairs(np.random.default_rng(7), 1 << 22)
     got = jax.jit(div)(jnp.asarray(a), jnp.asarray(b))
     plain = np.asarray(jax.jit(jnp.divide)(jnp.asarray(a), jnp.asarray(b)))
-    print("plain XLA division differs on", int(np.sum(plain.view(np.uint32) != (a / b).view(np.uint32))),
-          "of", a.size)
+    differ = int(np.sum(plain.view(np.uint32) != (a / b).view(np.uint32)))
+    print("plain XLA division differs on", differ, "of", a.size)
     assert _same_values(got, a / b)
+    _every_dividing_rule_against_the_oracle(rng)
+    for rule in ("ct", "modelopt"):
+        test_mxfp4_activations_are_the_oracle_bitwise(rng, rule)
+
+
+def _every_dividing_rule_against_the_oracle(rng):
+    """The oracle ties tests of every activation rule that divides (FP8, NVFP4)."""
     for name, rule in [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
                        ("fp8_block", "compressed-tensors")]:
         test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule)
@@ -307,7 +314,6 @@ def test_gpu_division_and_activation_codes_are_ieee(rng):
         test_fp8_static_activations_are_the_oracle_bitwise(rng, rule)
     for rule in ("ct", "modelopt"):
         test_nvfp4_activations_are_the_oracle_bitwise(rng, rule)
-        test_mxfp4_activations_are_the_oracle_bitwise(rng, rule)
 
 
 @pytest.mark.parametrize("name", ["fp8_ptpc", "fp8_block", "fp8_per_tensor", "nvfp4", "mxfp4"])
@@ -335,10 +341,4 @@ def test_rules_on_the_gpu_division_path_are_the_oracle_bitwise(rng, monkeypatch)
         return div_corrected(*jnp.broadcast_arrays(a, jnp.asarray(b, jnp.float32)))
 
     monkeypatch.setattr(activations, "div", corrected)
-    for name, rule in [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
-                       ("fp8_block", "compressed-tensors")]:
-        test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule)
-    for rule in ("compressed-tensors", "modelopt"):
-        test_fp8_static_activations_are_the_oracle_bitwise(rng, rule)
-    for rule in ("ct", "modelopt"):
-        test_nvfp4_activations_are_the_oracle_bitwise(rng, rule)
+    _every_dividing_rule_against_the_oracle(rng)

@@ -46,7 +46,7 @@ from ..dispatch import KeyPattern, Kernel, WEIGHT_ONLY, register_kernel
 from ..numerics import quantize_activation
 from ..numerics.activations import fp8_division_scale
 from ..qweight import QuantizedWeight
-from ..spec import Granularity, QuantSpec, ScaleRule
+from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
 from .pallas_common import HOPPER_PALLAS
 from .xla import pad_k
 
@@ -103,7 +103,7 @@ def w8a16_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, determin
     return w8a16_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
 
 
-def codes_path(m: int, k_storage: int, key, *, interpret: bool = False) -> str:
+def codes_path(m: int, k_storage: int, key: QuantKey, *, interpret: bool = False) -> str:
     """Who computes the W8A8 activation codes (the same bits either way): "pallas"
     (pallas_kernels.act_quant: one pass, the hardware's IEEE division) on the GPU from
     M = CODES_KERNEL_MIN_M for the division-form rules (all but ModelOpt's static one, which
