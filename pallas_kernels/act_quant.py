@@ -30,9 +30,10 @@ _E4M3_MAX = 448.0
 
 
 def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
-    """float32 a / b correctly rounded: PTX div.rn.f32 (Triton's own `/` is div.full.f32, up to
-    2 ulp off). Interpret mode: the CPU's IEEE division, its divisor behind a barrier (XLA
-    would make a division by a broadcast a reciprocal multiply)."""
+    """float32 a / b correctly rounded: PTX div.rn.f32, spelled out (a plain `/` is not
+    promised IEEE on the GPU: XLA's is div.full.f32). Interpret mode: the CPU's IEEE division,
+    its divisor behind a barrier (XLA would make a division by a broadcast a reciprocal
+    multiply)."""
     if interpret:
         return a / jax.lax.optimization_barrier(jnp.broadcast_to(b, a.shape))
     [q] = pltriton.elementwise_inline_asm(
