@@ -42,7 +42,8 @@ def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
     return q
 
 
-def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int, interpret: bool):
+def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int | None, interpret: bool):
+    # per: K columns a scale covers (a group), 1 a row's, None the tensor's
     # Pallas' Triton lowering masks nothing by itself: the last row block, where M is not a
     # multiple of `rows`, loads and stores under a mask of the live rows (unmasked, its stores
     # overwrote the next buffer on the H200)
@@ -50,11 +51,11 @@ def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int, interpret: bool
     cols = x_ref.shape[1]
     x = pltriton.load(x_ref, mask=jnp.broadcast_to(live, (rows, cols)), other=0)
     x = x.astype(jnp.float32)
-    if s_ref.shape[0] == 1:  # per tensor
+    if per is None:
         s = jnp.broadcast_to(s_ref[...], x.shape)
     else:
         s = pltriton.load(s_ref, mask=jnp.broadcast_to(live, s_ref.shape), other=1.0)
-        s = expand_groups(s, per) if per else jnp.broadcast_to(s, x.shape)
+        s = expand_groups(s, per) if per > 1 else jnp.broadcast_to(s, x.shape)
     q = jnp.clip(div_rn(x, s, interpret=interpret), -_E4M3_MAX, _E4M3_MAX)
     pltriton.store(q_ref, q.astype(q_ref.dtype), mask=jnp.broadcast_to(live, (rows, cols)))
 
@@ -71,9 +72,9 @@ def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> ja
                          f"got {scale.dtype} {scale.shape}")
     rows, cols = min(ROWS, pl.next_power_of_2(m)), COLS if k % COLS == 0 else 128
     if scale.shape == (1, 1):
-        s_spec, per = pl.BlockSpec((1, 1), lambda i, j: (0, 0)), 0
+        s_spec, per = pl.BlockSpec((1, 1), lambda i, j: (0, 0)), None
     elif scale.shape[1] == 1:
-        s_spec, per = pl.BlockSpec((rows, 1), lambda i, j: (i, 0)), 0
+        s_spec, per = pl.BlockSpec((rows, 1), lambda i, j: (i, 0)), 1
     else:
         group = k // scale.shape[1]
         if group * scale.shape[1] != k or cols % group:

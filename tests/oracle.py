@@ -35,6 +35,17 @@ def e2m1_toward_zero(x):
     return (np.sign(x) * out).astype(E2M1)
 
 
+def e4m3_ties(rng, shape, s):
+    """Values x = midpoint * s, each midpoint halfway between two normal e4m3 numbers, random
+    signs: x / s is an e4m3 rounding tie. With s = c * 2**j, c in {1013, 2021, 4093}, 1 / s is
+    inexact enough that a reciprocal multiply (or a division 1 ulp off) rounds many the other
+    way."""
+    e4 = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float64)
+    e4 = e4[np.isfinite(e4) & (e4 > 0)]
+    mids = ((e4[:-1] + e4[1:]) / 2)[e4[:-1] >= 2.0 ** -6]
+    return rng.choice(mids, shape) * s * rng.choice([-1, 1], shape)
+
+
 def e8m0_value(u):
     return np.ldexp(1.0, np.asarray(u, np.int64) - 127)
 

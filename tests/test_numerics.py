@@ -177,17 +177,6 @@ def test_mxfp4_activations_are_the_oracle_bitwise(rng, rule):
     assert _same_values(_codes_times(q, sc, 32), oracle.act_mx(x, 32, True, rule))
 
 
-def _e4m3_ties(rng, m, k, s):
-    """Activations x = mid * s on e4m3 rounding ties (mid a midpoint of two normal e4m3
-    values) with s = c * 2**j, c in {1013, 2021, 4093}: 1 / s is far enough from exact that a
-    reciprocal multiply rounds many of them the other way (a mutant computing x * (1 / s)
-    fails the test below)."""
-    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
-    e4 = e4[np.isfinite(e4) & (e4 > 0)]
-    mids = ((e4[:-1] + e4[1:]) / 2)[e4[:-1] >= 2.0 ** -6]
-    return rng.choice(mids, (m, k)) * s * rng.choice([-1, 1], (m, k))
-
-
 @pytest.mark.parametrize("name,rule", [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
                                        ("fp8_block", "compressed-tensors")])
 def test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule):
@@ -207,7 +196,7 @@ def test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule):
     x = rng.standard_normal((10, k)) * np.exp2(rng.uniform(-100, 120, (10, 1)))
     x[9] = rng.standard_normal(k) * 2.0 ** -22  # the vLLM floor binds: subnormal codes
     s = rng.choice([1013.0, 2021.0, 4093.0], (6, 1)) * np.exp2(rng.integers(-30, -5, (6, 1)))
-    ties = _e4m3_ties(rng, 6, k, s)
+    ties = oracle.e4m3_ties(rng, (6, k), s)
     ties[:, ::128] = 448 * s  # the amax of every row and group: the scale is s
     x = np.concatenate([x, ties]).astype(np.float32)
     x[0] = 0
@@ -237,7 +226,7 @@ def test_fp8_static_activations_are_the_oracle_bitwise(rng, rule):
     run = jax.jit(lambda x, s: quantize_activation(x, key, s))
     for c in (1013.0, 2021.0, 4093.0):
         s = np.float32(c * 2.0 ** -13)
-        x = np.concatenate([_e4m3_ties(rng, 4, 256, s),
+        x = np.concatenate([oracle.e4m3_ties(rng, (4, 256), s),
                             rng.standard_normal((4, 256)) * s * 50]).astype(np.float32)
         q, sc = run(jnp.asarray(x), jnp.float32(s))
         assert _same_values(_codes_times(q, sc, 256), oracle.act_fp8_static(x, s, rule)), c
