@@ -1,12 +1,16 @@
-"""FP8 activation codes by one Pallas (Triton) pass: q = e4m3(clip(x / s, +-448)) with the
-scales s already computed (by the caller's producer rule), elementwise over (M, K) tiles.
+"""Activation quantization by one Pallas (Triton) pass, elementwise over (M, K) tiles:
+  e4m3_codes     FP8 codes q = e4m3(clip(x / s, +-448)), the scales s already computed by the
+                 caller's producer rule (session 31);
+  nvfp4_operand  the whole NVFP4 dynamic rule (amax per 16, e4m3 block scale, e2m1 codes) and
+                 the W4A4 operand code * block scale, exact in bf16 (session 32).
 
-Why a kernel of our own (session 31): the quotient must be the correctly rounded one (the
-producers divide in IEEE float32), and XLA's GPU division is not (div.full.f32); jqlin's
-exact XLA division corrects it with integer arithmetic, which made the codes pass ALU-bound
-at prefill sizes (H200, 4096 x 8192 bf16: 173 us, against 86 us for the inexact division).
-Here the quotient is the hardware's own IEEE division (`div.rn.f32`), and the cast is the
-compiler's round-to-nearest-even e4m3 conversion after the clip -- the same bits as
+Why kernels of our own: the quotients must be the correctly rounded ones (the producers divide
+in IEEE float32), and XLA's GPU division is not (div.full.f32); jqlin's exact XLA division
+corrects it with integer arithmetic, which made the quantization ALU-bound at prefill sizes
+(H200, 4096 x 8192 bf16: FP8 codes 173 us, NVFP4 operand 175 us, against 50 / 57 us here) and
+at decode sizes two or three XLA launches (NVFP4: 3.0 us against 1.1). Here the quotient is
+the hardware's own IEEE division (`div.rn.f32`) and the roundings are the compiler's RTNE e4m3
+conversion (FP8 codes) or exact integer / power-of-two arithmetic -- the same bits as
 jqlin.numerics (tests: bitwise on the GPU, every rule).
 """
 
@@ -21,12 +25,19 @@ from jax.experimental.pallas import triton as pltriton
 
 from .mx_decode import expand_groups
 
-__all__ = ["e4m3_codes", "ROWS", "COLS"]
+__all__ = ["e4m3_codes", "nvfp4_operand", "NVFP4_RULES", "tile"]
 
-ROWS = 16  # activation rows per program
-COLS = 512  # K columns per program (a multiple of every group size used: 128)
+ROWS = 16  # activation rows per program, at most
+COLS = 512  # K columns per program, at most (128 the least: a multiple of every group size)
+# Programs a launch should have at least (4 an SM of the H200's 132): at decode sizes a
+# (16, 512) tile left 8-16 programs doing every division serially -- 4.4 us at M = 16,
+# K = 4096, slower than XLA's two fusions (session 32)
+_MIN_PROGRAMS = 528
 _WARPS = 4
 _E4M3_MAX = 448.0
+_E2M1_MAX = 6.0
+_E4M3_EPS = 0.125  # compressed-tensors' replacement for a zero block scale
+NVFP4_RULES = ("compressed-tensors", "modelopt")  # activation global scale: divisor / multiplier
 
 
 def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
@@ -40,6 +51,17 @@ def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
         "div.rn.f32 $0, $1, $2;", args=[a, b], constraints="=r,r,r", pack=1,
         result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.float32)])
     return q
+
+
+def tile(m: int, k: int) -> tuple[int, int]:
+    """(rows, cols) of a program's tile: (16, 512) where the launch has programs enough, else
+    fewer rows (down to 1), then 128 columns; cols 128 where K is not a multiple of 512."""
+    rows, cols = min(ROWS, pl.next_power_of_2(m)), COLS if k % COLS == 0 else 128
+    while rows > 1 and pl.cdiv(m, rows) * (k // cols) < _MIN_PROGRAMS:
+        rows //= 2
+    if pl.cdiv(m, rows) * (k // cols) < _MIN_PROGRAMS:
+        cols = 128
+    return rows, cols
 
 
 def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int | None, interpret: bool):
@@ -62,7 +84,7 @@ def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int | None, interpre
 
 def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> jax.Array:
     """x (M, K) float (K a multiple of 128), scale float32 (1, 1) per tensor, (M, 1) per row or
-    (M, K / g) per group of g (a divisor of COLS) along K -> e4m3 codes (M, K) of
+    (M, K / g) per group of g (a divisor of 128) along K -> e4m3 codes (M, K) of
     clip(x / scale, +-448), the quotient correctly rounded, ties to even."""
     if x.ndim != 2 or x.shape[1] % 128:
         raise ValueError(f"e4m3_codes: x must be (M, K) with K a multiple of 128, got {x.shape}")
@@ -70,7 +92,7 @@ def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> ja
     if scale.dtype != jnp.float32 or scale.ndim != 2 or scale.shape[0] not in (1, m):
         raise ValueError(f"e4m3_codes: scale must be float32 (1, 1), ({m}, 1) or ({m}, K/g), "
                          f"got {scale.dtype} {scale.shape}")
-    rows, cols = min(ROWS, pl.next_power_of_2(m)), COLS if k % COLS == 0 else 128
+    rows, cols = tile(m, k)
     if scale.shape == (1, 1):
         s_spec, per = pl.BlockSpec((1, 1), lambda i, j: (0, 0)), None
     elif scale.shape[1] == 1:
@@ -88,3 +110,92 @@ def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> ja
         grid=(pl.cdiv(m, rows), k // cols), in_specs=[block, s_spec], out_specs=block,
         compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
         interpret=interpret, name="e4m3_codes")(x, scale)
+
+
+def _rni(v: jax.Array, *, interpret: bool) -> jax.Array:
+    """float32 v rounded to an integer, ties to even (PTX cvt.rni: Pallas' Triton lowering has
+    no round)."""
+    if interpret:
+        return jnp.round(v)
+    [r] = pltriton.elementwise_inline_asm(
+        "cvt.rni.f32.f32 $0, $1;", args=[v], constraints="=r,r", pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(v.shape, jnp.float32)])
+    return r
+
+
+def _round_e4m3_positive(v: jax.Array, *, interpret: bool) -> jax.Array:
+    """float32 values of e4m3(v) for v >= 0, ties to even, saturating at 448: the significand
+    rounded to 4 bits on the bits (normal range) or whole steps of 2**-9 below 2**-6 -- integer
+    and exact-float arithmetic only, the same on the GPU and in interpret mode (where XLA may
+    delete a narrowing convert pair)."""
+    v = jnp.minimum(v, _E4M3_MAX)
+    bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
+    odd = (bits >> 20) & 1
+    normal = jax.lax.bitcast_convert_type((bits + 0x7FFFF + odd) & jnp.uint32(0xFFF00000),
+                                          jnp.float32)
+    sub = _rni(v * 512.0, interpret=interpret) * (1.0 / 512.0)
+    return jnp.where(v < 2.0 ** -6, sub, normal)
+
+
+def _round_e2m1(v: jax.Array, *, interpret: bool) -> jax.Array:
+    """float32 values of e2m1(v), ties to even, saturating at +-6: whole steps of 0.5 below 2,
+    1 below 4, 2 above (scaling by the step is exact: powers of two)."""
+    c = jnp.clip(v, -_E2M1_MAX, _E2M1_MAX)
+    mag = jnp.abs(c)
+    step = jnp.where(mag < 2.0, 0.5, jnp.where(mag < 4.0, 1.0, 2.0))
+    inv = jnp.where(mag < 2.0, 2.0, jnp.where(mag < 4.0, 1.0, 0.5))
+    return _rni(c * inv, interpret=interpret) * step
+
+
+def _nvfp4_kernel(x_ref, g_ref, o_ref, *, m: int, rows: int, rule: str, interpret: bool):
+    # the whole rule a tile at a time: its groups of 16 lie inside one row of the tile
+    live = pl.program_id(0) * rows + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < m
+    cols = x_ref.shape[1]
+    mask = jnp.broadcast_to(live, (rows, cols))
+    x = pltriton.load(x_ref, mask=mask, other=0).astype(jnp.float32)
+    g = g_ref[...]
+    amax = jnp.max(jnp.abs(x).reshape(rows, cols // 16, 16), axis=-1)
+    div = functools.partial(div_rn, interpret=interpret)
+    if rule == "compressed-tensors":  # global scale divides: s = e4m3(g * amax / 6), t = s / g
+        s = _round_e4m3_positive(div(g * amax, jnp.full_like(amax, _E2M1_MAX)),
+                                 interpret=interpret)
+        s = jnp.where(s == 0, _E4M3_EPS, s)
+        t = div(s, jnp.broadcast_to(g, s.shape))
+    else:  # ModelOpt, global scale multiplies: b = e4m3(clip(amax / (6 g))), t = b * g
+        b = div(amax, jnp.broadcast_to(_E2M1_MAX * g, amax.shape))
+        b = jnp.where(b == 0, 1.0, b)
+        s = _round_e4m3_positive(jnp.maximum(b, 2.0 ** -9), interpret=interpret)
+        t = s * g
+    q = _round_e2m1(div(x, expand_groups(t, 16)), interpret=interpret)
+    pltriton.store(o_ref, (q * expand_groups(s, 16)).astype(o_ref.dtype), mask=mask)
+
+
+def nvfp4_operand(x: jax.Array, global_scale: jax.Array, *, rule: str,
+                  interpret: bool = False) -> jax.Array:
+    """x (M, K) float, K a multiple of 128 -> bf16 (M, K): e2m1 code * e4m3 block scale of the
+    NVFP4 dynamic activation rule (groups of 16 along K, the static activation global scale
+    `global_scale`, a divisor under compressed-tensors, a multiplier under ModelOpt), in one
+    pass. The global factor is the caller's to apply to the float32 accumulator; code * e4m3
+    has <= 6 significant bits, so the bf16 product is exact. Bitwise jqlin.numerics'
+    quantize_activation (tests: tests/kernels/test_act_quant.py) on every input but NaN: a NaN
+    activation's group is not covered (the XLA rule's clamps turn its NaN amax into a finite
+    scale and the NaN into the code -0; here NaN reaches the operand)."""
+    if rule not in NVFP4_RULES:
+        raise ValueError(f"nvfp4_operand: rule must be one of {NVFP4_RULES}, got {rule!r}")
+    if x.ndim != 2 or x.shape[1] % 128:
+        raise ValueError(f"nvfp4_operand: x must be (M, K) with K a multiple of 128, "
+                         f"got {x.shape}")
+    g = jnp.asarray(global_scale)
+    if g.dtype != jnp.float32 or g.size != 1:
+        raise ValueError(f"nvfp4_operand: global_scale must be one float32, got {g.dtype} "
+                         f"{g.shape}")
+    m, k = x.shape
+    rows, cols = tile(m, k)
+    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
+    return pl.pallas_call(
+        functools.partial(_nvfp4_kernel, m=m, rows=rows, rule=rule, interpret=interpret),
+        out_shape=jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+        grid=(pl.cdiv(m, rows), k // cols),
+        in_specs=[block, pl.BlockSpec((1, 1), lambda i, j: (0, 0))], out_specs=block,
+        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
+        interpret=interpret, name="nvfp4_operand")(x, g.reshape(1, 1))

@@ -46,6 +46,20 @@ def e4m3_ties(rng, shape, s):
     return rng.choice(mids, shape) * s * rng.choice([-1, 1], shape)
 
 
+def nvfp4_ties(rng, m, groups):
+    """Activations whose quotients x / t fall exactly on e2m1 rounding ties (0.25 .. 5) with
+    block steps t whose reciprocal is inexact: a reciprocal multiply would round them the
+    other way (a mutant computing x * (1 / t) fails test_numerics' NVFP4 oracle test). With
+    g = 1 both rules give t = s = amax / 6."""
+    e4 = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float32)
+    e4 = e4[np.isfinite(e4) & (e4 >= 2.0 ** -6) & (e4 <= 64)]
+    ties = np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    s = rng.choice(e4, (m, groups, 1))
+    x = rng.choice(ties, (m, groups, 16)) * s * rng.choice([-1, 1], (m, groups, 16))
+    x[:, :, 0] = 6 * s[:, :, 0]  # the amax: x / t = 6
+    return x.reshape(m, groups * 16).astype(np.float32)
+
+
 def e8m0_value(u):
     return np.ldexp(1.0, np.asarray(u, np.int64) - 127)
 

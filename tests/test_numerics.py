@@ -107,20 +107,6 @@ def _codes_times(q, scale, group):
     return q * np.repeat(np.asarray(scale, np.float64), group, axis=1)
 
 
-def _nvfp4_ties(rng, m, groups):
-    """Activations whose quotients x / t fall exactly on e2m1 rounding ties (0.25 .. 5) with
-    block steps t whose reciprocal is inexact: a reciprocal multiply would round them the
-    other way (a mutant computing x * (1 / t) fails the test below). With g = 1 both rules give
-    t = s = amax / 6."""
-    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
-    e4 = e4[np.isfinite(e4) & (e4 >= 2.0 ** -6) & (e4 <= 64)]
-    ties = np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
-    s = rng.choice(e4, (m, groups, 1))
-    x = rng.choice(ties, (m, groups, 16)) * s * rng.choice([-1, 1], (m, groups, 16))
-    x[:, :, 0] = 6 * s[:, :, 0]  # the amax: x / t = 6
-    return x.reshape(m, groups * 16).astype(np.float32)
-
-
 @pytest.mark.parametrize("rule", ["ct", "modelopt"])
 def test_nvfp4_activations_are_the_oracle_bitwise(rng, rule):
     """quantize_activation's NVFP4 codes times block steps (computed without barriers since
@@ -138,7 +124,7 @@ def test_nvfp4_activations_are_the_oracle_bitwise(rng, rule):
                                   global_scale=GlobalScale.MULTIPLIER)
     k = 256
     x = rng.standard_normal((12, k)) * np.exp2(rng.uniform(-60, 60, (12, 1)))
-    x = np.concatenate([x, _nvfp4_ties(rng, 8, k // 16)]).astype(np.float32)
+    x = np.concatenate([x, oracle.nvfp4_ties(rng, 8, k // 16)]).astype(np.float32)
     x[0, :16] = 0  # a zero group
     x[1, 3], x[2, 40] = np.inf, -np.inf
     x[4, 16:32] = 3e38

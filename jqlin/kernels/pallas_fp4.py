@@ -23,10 +23,11 @@ accumulation, measured faster there. Both passes are group_dequant's Pallas kern
 tiles fit the weight (session 21), else XLA's dequantization: the same bits.
 pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is
 available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized
-activations are computed here, before the kernel, by the same `quantize_activation` the XLA
-reference uses (for NVFP4 / MXFP4 two XLA fusions, the amax and one pass, since session 30),
-so the codes are the reference's codes bit for bit, and are handed over in a form that is
-exact in bf16:
+activations are computed here, before the kernel, by the XLA reference's rule
+(`quantize_activation`: two XLA fusions, the amax and one pass, since session 30) -- on the GPU
+for NVFP4 by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand,
+session 32; nvfp4_operand_path) -- so the codes are the reference's codes bit for bit, and are
+handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
   * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
     accumulator next to the weight's (t = s / g is not a bf16 number, s and 1/g separately are).
@@ -37,6 +38,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels.act_quant import nvfp4_operand
 from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
                                        fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
@@ -56,12 +58,15 @@ from .pallas_common import HOPPER_PALLAS
 from .xla import pad_k
 
 __all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "nvfp4_activation_operand",
-           "nvfp4_post_scale"]
+           "nvfp4_operand_path", "nvfp4_post_scale"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 # Default mode may run an XLA dot from this M on (read by jqlin.bench to compile such cases
 # apart): past the Mosaic kernel's M where its waves would run part-empty, from DENSE_MIN_M on
 XLA_GEMM_MIN_M = min(min(MGPU_MAX_M.values()) + 1, DENSE_MIN_M)
+# NVFP4 W4A4 activation operand by one Pallas pass from this M on (GPU): 0.30-0.50x the XLA
+# rule's time at M = 1-4096 (H200, session 32)
+OPERAND_KERNEL_MIN_M = 1
 _E2M1, _E4M3, _E8M0 = ("float4_e2m1fn",), ("float8_e4m3fn",), ("float8_e8m0fnu",)
 _G = (Granularity.GROUP,)
 
@@ -83,18 +88,38 @@ def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
     return split_activation(pad_k(x2d, qw.storage_shape[1]))
 
 
-def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey) -> jax.Array:
+def nvfp4_operand_path(m: int, k_storage: int, *, interpret: bool = False) -> str:
+    """Who computes the NVFP4 W4A4 activation operand (the same bits either way): "pallas"
+    (pallas_kernels.act_quant.nvfp4_operand: the whole rule in one pass, the hardware's IEEE
+    division) on the GPU from M = OPERAND_KERNEL_MIN_M with K a multiple of 128; else "xla"
+    (quantize_activation: an amax fusion and one pass, the exact division corrected by integer
+    arithmetic)."""
+    return ("pallas" if not interpret and jax.default_backend() == "gpu"
+            and m >= OPERAND_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")
+
+
+def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey, *,
+                             operand: str | None = None, interpret: bool = False) -> jax.Array:
     """bf16 (M, Ks) = e2m1 code * e4m3 block scale of the reference's quantized activation.
 
-    quantize_activation returns the block step t = s / g (CT) or b * g (ModelOpt) in float32.
-    The e4m3 factor is recovered exactly by rounding t * g (or t / g) back to e4m3: the float32
+    operand: "xla" or "pallas" (see nvfp4_operand_path, which None asks). XLA:
+    quantize_activation returns the block step t = s / g (CT) or b * g (ModelOpt) in float32;
+    the e4m3 factor is recovered exactly by rounding t * g (or t / g) back to e4m3: the float32
     round trip is off by at most two ulps, far below half an e4m3 step. The global factor goes
     to the accumulator (nvfp4_post_scale). code * e4m3 needs <= 6 significant bits: exact in bf16.
     (round_e4m3, not the barrier-built cast_e4m3: the same values, and no end to the fusion.)
     """
-    xf = pad_k(x2d.astype(F32), qw.storage_shape[1])
-    q, t = quantize_activation(xf, act, qw.input_scale)
+    ks = qw.storage_shape[1]
+    operand = operand or nvfp4_operand_path(x2d.shape[0], ks, interpret=interpret)
+    if operand not in ("xla", "pallas"):
+        raise ValueError(f"operand must be 'xla' or 'pallas', got {operand!r}")
     g = jnp.asarray(qw.input_scale, F32)
+    if operand == "pallas":  # (the rule's branch is the global scale's role, as in _nvfp4)
+        rule = ("compressed-tensors" if act.global_scale is GlobalScale.DIVISOR
+                else "modelopt")
+        return nvfp4_operand(pad_k(x2d, ks), g, rule=rule, interpret=interpret)
+    xf = pad_k(x2d.astype(F32), ks)
+    q, t = quantize_activation(xf, act, qw.input_scale)
     s = round_e4m3(t * g if act.global_scale is GlobalScale.DIVISOR else t / g)
     return (q.astype(F32) * expand(s, *q.shape)).astype(BF16)
 
@@ -132,7 +157,7 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
         if spec.activation is None:
             parts = _x_parts(x2d, qw)
         else:
-            parts = [nvfp4_activation_operand(x2d, qw, spec.activation)]
+            parts = [nvfp4_activation_operand(x2d, qw, spec.activation, interpret=interpret)]
         col, post = nvfp4_post_scale(qw, spec)
         y = nvfp4_matmul(parts, qw.data, qw.scale, col, post=post, fp4_layout=fp4_layout,
                          decode=decode, **kw)
@@ -171,6 +196,17 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     dequant = ("one Pallas pass (group_dequant)"
                if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
                                     group=wk.group_size) else "one XLA pass")
+    out = _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic)
+    if spec.activation is not None and wk.scale_dtype == "float8_e4m3fn":
+        out["activation_operand"] = (
+            "one Pallas pass (act_quant.nvfp4_operand, div.rn.f32)"
+            if nvfp4_operand_path(m, k, interpret=jax.default_backend() == "cpu") == "pallas"
+            else "XLA (quantize_activation, exact division)")
+    return out
+
+
+def _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic) -> dict:
+    wk = spec.weight
     if path == "decode":
         from pallas_kernels.group_a16_decode_mgpu import group_decode_params
         splits, stages, load = group_decode_params(fmt, n, k)
@@ -214,7 +250,8 @@ NVFP4 = register_kernel(Kernel(
                 "at M <= 256 and deterministic; else Triton) NVFP4: "
                 "e2m1 x e4m3/16 decoded in-kernel to exact bf16, bf16 MMA, "
                 "f32 accumulation, global scale on the accumulator; W4A4 activations quantized "
-                "by the reference rule in a fused XLA pre-pass",
+                "by the reference rule in one Pallas pass on the GPU (act_quant), else an XLA "
+                "pre-pass",
     **HOPPER_PALLAS,
 ))
 

@@ -8,9 +8,8 @@ Three kernels, each honouring exactly the specs whose numerics it computes:
 
 Activations of the W8A8 kernels are quantized here, before the kernel, by the same
 `quantize_activation` the XLA reference uses, so the codes are the reference's codes bit for
-bit whatever producer rule (CT / ModelOpt / vLLM) the key names -- from M = CODES_KERNEL_MIN_M on
-the GPU its scales with the codes from one Pallas pass (pallas_kernels.act_quant, the same bits;
-codes_path).
+bit whatever producer rule (CT / ModelOpt / vLLM) the key names -- on the GPU its scales with
+the codes from one Pallas pass (pallas_kernels.act_quant, the same bits; codes_path).
 
 In default mode, weights with per-tensor / per-channel scales (and activations with per-tensor /
 per-token ones) take pallas_kernels.fp8_dense where it measured faster (fp8_paths): one XLA GEMM
@@ -61,8 +60,10 @@ _F32 = ("float32",)
 _W_KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel",
            Granularity.BLOCK: "block"}
 _X_KIND = {Granularity.TENSOR: "tensor", Granularity.TOKEN: "row", Granularity.GROUP: "group"}
-# From this M the W8A8 activation codes come from pallas_kernels.act_quant (quantize_x)
-CODES_KERNEL_MIN_M = 128
+# From this M the W8A8 activation codes come from pallas_kernels.act_quant (quantize_x): with
+# its launch-sized tiles (session 32) never slower than XLA's codes where measured (M = 1-4096;
+# at M = 1-64 0.69-0.98x the time, H200)
+CODES_KERNEL_MIN_M = 1
 
 _W_TC = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granularity.CHANNEL),
                    scale_dtype=_F32, global_scale=(False,))
@@ -106,8 +107,8 @@ def w8a16_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, determin
 def codes_path(m: int, k_storage: int, key: QuantKey, *, interpret: bool = False) -> str:
     """Who computes the W8A8 activation codes (the same bits either way): "pallas"
     (pallas_kernels.act_quant: one pass, the hardware's IEEE division) on the GPU from
-    M = CODES_KERNEL_MIN_M for the division-form rules (all but ModelOpt's static one, which
-    multiplies) and K a multiple of 128; else "xla" (quantize_activation)."""
+    M = CODES_KERNEL_MIN_M (1: every M) for the division-form rules (all but ModelOpt's
+    static one, which multiplies) and K a multiple of 128; else "xla" (quantize_activation)."""
     division = key.dynamic or key.rule is not ScaleRule.MODELOPT
     return ("pallas" if division and not interpret and jax.default_backend() == "gpu"
             and m >= CODES_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")

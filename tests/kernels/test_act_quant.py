@@ -1,8 +1,9 @@
-"""The FP8 activation codes kernel (pallas_kernels.act_quant) against jqlin's rule: bitwise.
+"""The activation kernels of pallas_kernels.act_quant against jqlin's rules: bitwise.
 
-CPU: interpret mode (plain division, IEEE there); GPU (marked): the kernel's div.rn.f32 and
-e4m3 conversion against quantize_activation's exact XLA division, on rows whose quotients sit
-on e4m3 rounding ties with scales whose reciprocals are inexact.
+FP8 codes (e4m3_codes) and the NVFP4 W4A4 operand (nvfp4_operand: e2m1 code * e4m3 block
+scale). CPU: interpret mode (plain division, IEEE there); GPU (marked): the kernels'
+div.rn.f32 and roundings against quantize_activation's exact XLA division, on rows whose
+quotients sit on rounding ties with scales whose reciprocals are inexact.
 """
 
 from __future__ import annotations
@@ -16,9 +17,21 @@ import pytest
 
 import oracle
 from jqlin import formats, qweight
+from jqlin.kernels.pallas_fp4 import nvfp4_activation_operand
 from jqlin.kernels.pallas_fp8 import quantize_x
-from jqlin.spec import ScaleRule
-from pallas_kernels.act_quant import e4m3_codes
+from jqlin.spec import GlobalScale, ScaleRule
+from pallas_kernels import act_quant
+from pallas_kernels.act_quant import e4m3_codes, nvfp4_operand
+
+@pytest.fixture(params=["launch", "whole"])
+def tiles(request, monkeypatch):
+    """The kernels' tiles as `tile` picks them for the launch ("launch": one row a program at
+    these sizes) or the largest, (16, 512) ("whole"), whose last row block is partial for M not
+    a multiple of 16 -- the masked loads and stores."""
+    if request.param == "whole":
+        monkeypatch.setattr(act_quant, "_MIN_PROGRAMS", 0)
+    return request.param
+
 
 CASES = [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
          ("fp8_block", "compressed-tensors"), ("fp8_per_tensor", "compressed-tensors")]
@@ -67,7 +80,7 @@ def _check(rng, fmt, rule, m, k, interpret):
     "test_gpu_codes_kernel_is_the_rule_bitwise runs the kernel itself)"))
 @pytest.mark.parametrize("fmt,rule", CASES)
 @pytest.mark.parametrize("m,k", [(1, 384), (1, 1024), (13, 384), (40, 1024)])
-def test_codes_kernel_is_the_rule_bitwise(rng, fmt, rule, m, k):
+def test_codes_kernel_is_the_rule_bitwise(rng, fmt, rule, m, k, tiles):
     _check(rng, fmt, rule, m, k, interpret=True)
 
 
@@ -89,8 +102,8 @@ def test_codes_kernel_rejects_bad_arguments():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,rule", CASES)
-def test_gpu_codes_kernel_is_the_rule_bitwise(rng, fmt, rule):
-    for m, k in [(1, 384), (1, 1024), (77, 4096), (300, 1536)]:
+def test_gpu_codes_kernel_is_the_rule_bitwise(rng, fmt, rule, tiles):
+    for m, k in [(1, 384), (1, 1024), (77, 4096), (300, 1536), (1001, 4096)]:
         _check(rng, fmt, rule, m, k, interpret=False)
 
 
@@ -103,14 +116,139 @@ def test_codes_path_rule(monkeypatch):
     ptpc = formats.get("fp8_ptpc").activation
     static_mo = dataclasses.replace(formats.get("fp8_per_tensor").activation,
                                     rule=ScaleRule.MODELOPT)
-    assert codes_path(4096, 4096, ptpc) == "xla"  # (this CPU)
+    monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "cpu")
+    assert codes_path(4096, 4096, ptpc) == "xla"
     monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "gpu")
     assert codes_path(CODES_KERNEL_MIN_M, 4096, ptpc) == "pallas"
-    assert codes_path(CODES_KERNEL_MIN_M - 1, 4096, ptpc) == "xla"
+    if CODES_KERNEL_MIN_M > 1:
+        assert codes_path(CODES_KERNEL_MIN_M - 1, 4096, ptpc) == "xla"
     assert codes_path(4096, 4000, ptpc) == "xla"
     assert codes_path(4096, 4096, ptpc, interpret=True) == "xla"
     assert codes_path(4096, 4096, static_mo) == "xla"
     qw, spec = _weight("fp8_ptpc", "vllm", 256, 512, jnp.ones((1, 512)))
-    monkeypatch.undo()
+    assert "Pallas" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
+                                       False)["activation_codes"]
+    monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "cpu")
     assert "XLA" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
                                     False)["activation_codes"]
+
+
+NVFP4_RULES = ["compressed-tensors", "modelopt"]
+_GLOBALS = (1.0, 448.0 * 6 / 2.5, 0.37, 2.0 ** 20)  # CT calibrations, a small and a huge one
+
+
+def _nvfp4_weight(rule, k):
+    spec = formats.get("nvfp4")
+    if rule == "modelopt":  # (ModelOpt's global scale multiplies)
+        spec = dataclasses.replace(spec, activation=dataclasses.replace(
+            spec.activation, rule=ScaleRule.MODELOPT, global_scale=GlobalScale.MULTIPLIER))
+    w = np.random.default_rng(5).standard_normal((128, k))
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), "nvfp4",
+                          calibration=jnp.ones((1, k), jnp.float32))
+    return qw, spec
+
+
+def _nvfp4_activations(rng, m, k):
+    """Rows of many magnitudes (2**-60 .. 2**60), rows of e2m1 ties (oracle.nvfp4_ties), a zero
+    group, +-inf, a group of 3e38 (its scale's product with a large global scale overflows)."""
+    x = rng.standard_normal((m, k)) * np.exp2(rng.uniform(-60, 60, (m, 1)))
+    t = (m + 1) // 2
+    x[:t] = oracle.nvfp4_ties(rng, t, k // 16)
+    x[-1, :16] = 0
+    x[-1, 16] = np.inf
+    if m > 1:
+        x[0, 40] = -np.inf
+        x[0, 64:80] = 3e38
+    return jnp.asarray(x, jnp.float32)
+
+
+def _check_nvfp4(rng, rule, m, k, interpret, dtype=jnp.float32):
+    x = _nvfp4_activations(rng, m, k).astype(dtype)
+    qw, spec = _nvfp4_weight(rule, k)
+    for g in _GLOBALS:
+        qw = dataclasses.replace(qw, input_scale=jnp.float32(g))
+        run = lambda operand: jax.jit(lambda x: nvfp4_activation_operand(  # noqa: E731
+            x, qw, spec.activation, operand=operand, interpret=interpret))(x)
+        a = np.asarray(run("pallas")).view(np.uint16)
+        b = np.asarray(run("xla")).view(np.uint16)
+        bad = np.argwhere(a != b)
+        assert not len(bad), (
+            f"{rule} g={g} M={m} K={k}: {len(bad)} of {a.size} differ, e.g. (row, col, x, "
+            "kernel, rule): " + str([(i, j, float(x[i, j]), hex(a[i, j]), hex(b[i, j]))
+                                     for i, j in bad[:4]]))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason=(
+    "interpret mode divides with the backend's division: IEEE on the CPU, not on the GPU (where "
+    "test_gpu_nvfp4_operand_is_the_rule_bitwise runs the kernel itself)"))
+@pytest.mark.parametrize("rule", NVFP4_RULES)
+@pytest.mark.parametrize("m,k", [(1, 128), (1, 1024), (13, 384)])
+def test_nvfp4_operand_is_the_rule_bitwise(rng, rule, m, k, tiles):
+    """The kernel's operand is the XLA rule's (quantize_activation, then code * e4m3 factor)
+    bit for bit: ties rows, zero group, infinities, overflowing products, several global
+    scales, partial row blocks (M = 13 of 16), 128- and 512-column tiles."""
+    _check_nvfp4(rng, rule, m, k, interpret=True)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="interpret mode (see above)")
+def test_nvfp4_operand_of_bf16_rows_is_the_rule_bitwise(rng):
+    """bf16 activations (the model's dtype): widened in-tile, the same bits."""
+    _check_nvfp4(rng, "compressed-tensors", 40, 512, interpret=True, dtype=jnp.bfloat16)
+
+
+def test_kernels_lower_for_the_gpu(monkeypatch, tiles):
+    """Both kernels lower to Triton for an sm_90 GPU from this machine (interpret mode never
+    runs the Triton lowering rules: session 32 met a rule that fails there only on the H200).
+    Pallas asks the runtime for the GPU's compute capability; the test names one."""
+    import types
+    from jax._src.pallas.triton import pallas_call_registration
+    monkeypatch.setattr(pallas_call_registration, "gpu_info_lib", types.SimpleNamespace(
+        get_gpu_info=lambda: types.SimpleNamespace(compute_capability=90)))
+    x = jnp.ones((77, 1024), jnp.bfloat16)
+    calls = [lambda x: e4m3_codes(x, jnp.ones((77, 8), jnp.float32))]
+    calls += [lambda x, r=r: nvfp4_operand(x, jnp.float32(1), rule=r) for r in NVFP4_RULES]
+    for f in calls:
+        text = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",)).as_text()
+        assert "triton" in text.lower()
+
+
+def test_nvfp4_operand_rejects_bad_arguments():
+    x = jnp.ones((4, 256), jnp.bfloat16)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        nvfp4_operand(x, jnp.float32(1), rule="vllm", interpret=True)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        nvfp4_operand(jnp.ones((4, 200)), jnp.float32(1), rule="modelopt", interpret=True)
+    with pytest.raises(ValueError, match="global_scale must be one float32"):
+        nvfp4_operand(x, jnp.ones((2,)), rule="modelopt", interpret=True)
+    qw, spec = _nvfp4_weight("modelopt", 256)
+    with pytest.raises(ValueError, match="operand must be"):
+        nvfp4_activation_operand(x, qw, spec.activation, operand="triton")
+
+
+def test_nvfp4_operand_path_rule(monkeypatch):
+    """The operand kernel serves W4A4 on the GPU from OPERAND_KERNEL_MIN_M with K a multiple of
+    128; interpret mode and the CPU keep XLA's rule; describe_config says which."""
+    from jqlin.kernels import pallas_fp4
+    from jqlin.kernels.pallas_fp4 import OPERAND_KERNEL_MIN_M, describe_config, nvfp4_operand_path
+    monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "cpu")
+    assert nvfp4_operand_path(4096, 4096) == "xla"
+    monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "gpu")
+    assert nvfp4_operand_path(OPERAND_KERNEL_MIN_M, 4096) == "pallas"
+    if OPERAND_KERNEL_MIN_M > 1:
+        assert nvfp4_operand_path(OPERAND_KERNEL_MIN_M - 1, 4096) == "xla"
+    assert nvfp4_operand_path(4096, 4000) == "xla"
+    assert nvfp4_operand_path(4096, 4096, interpret=True) == "xla"
+    qw, spec = _nvfp4_weight("compressed-tensors", 512)
+    assert "Pallas" in describe_config("pallas_nvfp4", 4096, qw, spec, jnp.bfloat16,
+                                       False)["activation_operand"]
+    monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "cpu")
+    assert "XLA" in describe_config("pallas_nvfp4", 4096, qw, spec, jnp.bfloat16,
+                                    False)["activation_operand"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rule", NVFP4_RULES)
+def test_gpu_nvfp4_operand_is_the_rule_bitwise(rng, rule, tiles):
+    for m, k in [(1, 128), (1, 1024), (16, 4096), (77, 4096), (300, 1536), (1001, 4096)]:
+        _check_nvfp4(rng, rule, m, k, interpret=False)
+    _check_nvfp4(rng, rule, 33, 2048, interpret=False, dtype=jnp.bfloat16)
