@@ -10,7 +10,8 @@ between launches inside one XLA executable). Ops: "bf16" (jnp.dot on bf16 weight
 format with kernel="auto"), suffixed ":det" for deterministic mode or ":det_g1" for
 deterministic mode with one left fold of the K parts (fp8_block_a16_mgpu.one_left_fold,
 session 15). Each product reads its own weight copy (rotated), so no weight is served from
-L2. --act xla: activations by XLA's rules instead of pallas_kernels.act_quant's kernels.
+L2. --act xla / pallas: activations by XLA's rules / by pallas_kernels.act_quant's kernels
+at every M.
 """
 
 from __future__ import annotations
@@ -112,14 +113,17 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--chain", type=int, default=1,
                    help="products per executable (a model's layers); figures per product")
-    p.add_argument("--act", default="auto", choices=["auto", "xla"],
-                   help="xla: W8A8 / NVFP4 W4A4 activations by XLA's rules, not the act_quant "
-                        "kernels (an A/B of those kernels, session 32)")
+    p.add_argument("--act", default="auto", choices=["auto", "xla", "pallas"],
+                   help="xla: W8A8 / NVFP4 / MX activations by XLA's rules, not the act_quant "
+                        "kernels; pallas: by those kernels at every M, MX's (not routed yet) "
+                        "included (A/B of those kernels, session 32)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
-    if args.act == "xla":
+    if args.act != "auto":
         from jqlin.kernels import pallas_fp4, pallas_fp8
-        pallas_fp4.OPERAND_KERNEL_MIN_M = pallas_fp8.CODES_KERNEL_MIN_M = 1 << 62
+        least = 1 << 62 if args.act == "xla" else 1
+        pallas_fp4.OPERAND_KERNEL_MIN_M = pallas_fp8.CODES_KERNEL_MIN_M = least
+        pallas_fp4.MX_OPERAND_KERNEL_MIN_M = least
     results = []
     for _, k, n in bench.parse_shapes(args.shapes):
         for m in (int(v) for v in args.m.split(",")):

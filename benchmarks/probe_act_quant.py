@@ -6,8 +6,8 @@ on a bf16 (M, K) activation, per format, summed over the kernels XLA launches fo
 
 --codes xla|pallas: FP8 formats through jqlin.kernels.pallas_fp8.quantize_x with those codes
 (pallas: pallas_kernels.act_quant, the scales still XLA's), instead of quantize_activation;
-NVFP4 through pallas_fp4.nvfp4_activation_operand with that operand (pallas: the whole rule in
-one pass, act_quant.nvfp4_operand; session 32).
+NVFP4 / MX through pallas_fp4.nvfp4_activation_operand / mx_activation_operand with that operand
+(pallas: the whole rule in one pass, act_quant.nvfp4_operand / mx_operand; session 32).
 --div plain: the rules with XLA's own division in place of exact.div (on GPU not correctly
 rounded: the cost of exactness is the difference); --div f64: float32 operands divided in
 float64 and rounded back (exact: 53 >= 2 * 24 + 2 bits), measured against exact.div's integer
@@ -68,10 +68,12 @@ def main(argv=None) -> int:
         scale = None if key.dynamic and key.global_scale is None else jnp.float32(0.37)
         for k in map(int, args.k.split(",")):
             fn = jax.jit(lambda x, s, key=key: quantize_activation(x, key, s))
-            if args.codes and name.startswith("nvfp4"):
-                from jqlin.kernels.pallas_fp4 import nvfp4_activation_operand
+            if args.codes and name.startswith(("nvfp4", "mx")):
+                from jqlin.kernels import pallas_fp4
+                operand = (pallas_fp4.nvfp4_activation_operand if name.startswith("nvfp4")
+                           else pallas_fp4.mx_activation_operand)
                 qw = bench._make_weight(jax.random.key(1), name, 256, k)
-                fn = jax.jit(lambda x, s, qw=qw, key=key: nvfp4_activation_operand(
+                fn = jax.jit(lambda x, s, qw=qw, key=key, operand=operand: operand(
                     x, qw, key, operand=args.codes))
             elif args.codes:
                 from jqlin.kernels.pallas_fp8 import quantize_x

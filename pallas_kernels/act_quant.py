@@ -25,7 +25,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .mx_decode import expand_groups
 
-__all__ = ["e4m3_codes", "nvfp4_operand", "NVFP4_RULES", "tile"]
+__all__ = ["e4m3_codes", "nvfp4_operand", "mx_operand", "NVFP4_RULES", "MX_RULES", "tile"]
 
 ROWS = 16  # activation rows per program, at most
 COLS = 512  # K columns per program, at most (128 the least: a multiple of every group size)
@@ -38,6 +38,12 @@ _E4M3_MAX = 448.0
 _E2M1_MAX = 6.0
 _E4M3_EPS = 0.125  # compressed-tensors' replacement for a zero block scale
 NVFP4_RULES = ("compressed-tensors", "modelopt")  # activation global scale: divisor / multiplier
+MX_RULES = ("compressed-tensors", "modelopt")  # e8m0 exponent: rounded amax / ceil(log2(amax/max))
+_MX_EMAX = {"e4m3": 8, "e2m1": 2}  # the element's largest exponent (compressed-tensors' rule)
+_MX_ELEM_MAX = {"e4m3": 448.0, "e2m1": 6.0}
+# ModelOpt's e2m1 cast: exclusive thresholds, so a tie keeps the lower magnitude
+_E2M1_TOWARD_ZERO = ((0.25, 0.5), (0.75, 1.0), (1.25, 1.5), (1.75, 2.0), (2.5, 3.0), (3.5, 4.0),
+                     (5.0, 6.0))
 
 
 def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
@@ -199,3 +205,84 @@ def nvfp4_operand(x: jax.Array, global_scale: jax.Array, *, rule: str,
         in_specs=[block, pl.BlockSpec((1, 1), lambda i, j: (0, 0))], out_specs=block,
         compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
         interpret=interpret, name="nvfp4_operand")(x, g.reshape(1, 1))
+
+
+def _with_sign_of(mag: jax.Array, x: jax.Array) -> jax.Array:
+    """mag (>= 0) with x's sign bit, -0 included (what a signed cast gives)."""
+    sign = jax.lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0x80000000)
+    return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(mag, jnp.uint32) | sign,
+                                        jnp.float32)
+
+
+def _e8m0_value(u: jax.Array) -> jax.Array:
+    """2**(u - 127) as float32 for u in [0, 254] (int32): 2**-127 is the subnormal 0x400000."""
+    bits = jnp.where(u == 0, 0x400000, u << 23)
+    return jax.lax.bitcast_convert_type(bits.astype(jnp.uint32), jnp.float32)
+
+
+def _mx_exponent(amax: jax.Array, elem: str, rule: str, *, interpret: bool) -> jax.Array:
+    """The biased e8m0 exponent u (int32, 0..254) of jqlin.numerics.e8m0's producer rules, on
+    the bits: compressed-tensors' exponent_ct (amax's mantissa rounded to a power of two, less
+    the element's largest exponent) or ModelOpt's exponent_modelopt (ceil(log2(amax / max)) from
+    the quotient's fields, as frexp gives it: exponent 0 for a zero or infinite quotient)."""
+    if rule == "compressed-tensors":
+        bits = jax.lax.bitcast_convert_type(amax, jnp.uint32)
+        field = (((bits + (1 << 21)) >> 23) & 0xFF).astype(jnp.int32)
+        return jnp.clip(jnp.where(amax > 0, field - _MX_EMAX[elem], 0), 0, 254)
+    v = div_rn(amax, jnp.full_like(amax, _MX_ELEM_MAX[elem]), interpret=interpret)
+    bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
+    biased = ((bits >> 23) & 0xFF).astype(jnp.int32)
+    frac = bits & 0x7FFFFF
+    e = biased - 126 - (frac == 0).astype(jnp.int32)  # a power of two is its own ceil
+    e = jnp.where(biased == 0, jnp.where(frac > (1 << 22), -126, -127), e)  # subnormal v
+    e = jnp.where(((biased == 0) & (frac == 0)) | (biased == 255), 0, e)
+    return jnp.clip(jnp.where(amax > 0, e, -127), -127, 127) + 127
+
+
+def _mx_kernel(x_ref, o_ref, *, m: int, rows: int, elem: str, rule: str, interpret: bool):
+    # the whole rule a tile at a time: its groups of 32 lie inside one row of the tile
+    live = pl.program_id(0) * rows + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < m
+    cols = x_ref.shape[1]
+    mask = jnp.broadcast_to(live, (rows, cols))
+    x = pltriton.load(x_ref, mask=mask, other=0).astype(jnp.float32)
+    amax = jnp.max(jnp.abs(x).reshape(rows, cols // 32, 32), axis=-1)
+    u = _mx_exponent(amax, elem, rule, interpret=interpret)
+    # dividing by 2**(u-127) is multiplying by 2**(127-u): exact, and a normal number (u <= 253
+    # for every finite amax)
+    scaled = x * expand_groups(_e8m0_value(254 - u), 32)
+    if elem == "e4m3":  # ties to even, saturating (both rules)
+        q = _with_sign_of(_round_e4m3_positive(jnp.abs(scaled), interpret=interpret), scaled)
+    elif rule == "compressed-tensors":  # ties to even
+        q = _round_e2m1(scaled, interpret=interpret)
+    else:  # ModelOpt: ties toward zero
+        mag, val = jnp.abs(scaled), jnp.zeros_like(scaled)
+        for bound, value in _E2M1_TOWARD_ZERO:
+            val = jnp.where(mag > bound, value, val)
+        q = _with_sign_of(val, scaled)
+    pltriton.store(o_ref, (q * expand_groups(_e8m0_value(u), 32)).astype(o_ref.dtype), mask=mask)
+
+
+def mx_operand(x: jax.Array, *, elem: str, rule: str, interpret: bool = False) -> jax.Array:
+    """x (M, K) float, K a multiple of 128 -> bf16 (M, K): code * 2**(u - 127) of the MX
+    dynamic activation rule (groups of 32 along K, e8m0 scales by `rule`'s exponent, `elem`
+    "e4m3" (MXFP8) or "e2m1" (MXFP4) codes: ties to even, or toward zero for ModelOpt's e2m1),
+    in one pass; exact in bf16 (<= 4 significant bits). Bitwise jqlin.numerics'
+    quantize_activation (tests: tests/kernels/test_act_quant.py, interpret mode) on every input
+    but NaN and groups whose amax is below 2**-100 (subnormal scales and quotients, which
+    XLA's GPU code flushes to zero). Not yet run on the GPU (session 32): the dispatcher does
+    not route to it (pallas_fp4.MX_OPERAND_KERNEL_MIN_M)."""
+    if elem not in _MX_EMAX or rule not in MX_RULES:
+        raise ValueError(f"mx_operand: elem must be one of {tuple(_MX_EMAX)} and rule one of "
+                         f"{MX_RULES}, got {elem!r}, {rule!r}")
+    if x.ndim != 2 or x.shape[1] % 128:
+        raise ValueError(f"mx_operand: x must be (M, K) with K a multiple of 128, got {x.shape}")
+    m, k = x.shape
+    rows, cols = tile(m, k)
+    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
+    return pl.pallas_call(
+        functools.partial(_mx_kernel, m=m, rows=rows, elem=elem, rule=rule,
+                          interpret=interpret),
+        out_shape=jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+        grid=(pl.cdiv(m, rows), k // cols), in_specs=[block], out_specs=block,
+        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
+        interpret=interpret, name="mx_operand")(x)

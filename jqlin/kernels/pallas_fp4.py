@@ -26,7 +26,8 @@ available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quan
 activations are computed here, before the kernel, by the XLA reference's rule
 (`quantize_activation`: two XLA fusions, the amax and one pass, since session 30) -- on the GPU
 for NVFP4 by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand,
-session 32; nvfp4_operand_path) -- so the codes are the reference's codes bit for bit, and are
+session 32; nvfp4_operand_path; MX's like pass, act_quant.mx_operand, is not routed until it has
+run on the GPU: mx_operand_path) -- so the codes are the reference's codes bit for bit, and are
 handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
   * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
@@ -38,7 +39,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.act_quant import nvfp4_operand
+from pallas_kernels.act_quant import mx_operand, nvfp4_operand
 from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
                                        fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
@@ -53,12 +54,13 @@ from ..numerics import quantize_activation
 from ..numerics.fp8 import round_e4m3
 from ..numerics.tiling import expand
 from ..qweight import QuantizedWeight
-from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec
+from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
 from .pallas_common import HOPPER_PALLAS
 from .xla import pad_k
 
-__all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "nvfp4_activation_operand",
-           "nvfp4_operand_path", "nvfp4_post_scale"]
+__all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "mx_activation_operand",
+           "mx_operand_path", "nvfp4_activation_operand", "nvfp4_operand_path",
+           "nvfp4_post_scale"]
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 # Default mode may run an XLA dot from this M on (read by jqlin.bench to compile such cases
@@ -67,6 +69,9 @@ XLA_GEMM_MIN_M = min(min(MGPU_MAX_M.values()) + 1, DENSE_MIN_M)
 # NVFP4 W4A4 activation operand by one Pallas pass from this M on (GPU): 0.30-0.50x the XLA
 # rule's time at M = 1-4096 (H200, session 32)
 OPERAND_KERNEL_MIN_M = 1
+# MX activation operand by one Pallas pass from this M on (GPU); None: not routed --
+# act_quant.mx_operand has passed its tests in interpret mode only (session 32)
+MX_OPERAND_KERNEL_MIN_M: int | None = None
 _E2M1, _E4M3, _E8M0 = ("float4_e2m1fn",), ("float8_e4m3fn",), ("float8_e8m0fnu",)
 _G = (Granularity.GROUP,)
 
@@ -145,6 +150,31 @@ def _mx_activation(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey):
     return quantize_activation(xf, act)  # codes, float32 2**(u-127) per 32
 
 
+def mx_operand_path(m: int, k_storage: int, *, interpret: bool = False) -> str:
+    """Who computes the MX activation operand (the same bits either way): "pallas"
+    (pallas_kernels.act_quant.mx_operand) on the GPU from M = MX_OPERAND_KERNEL_MIN_M with K a
+    multiple of 128 -- never while that is None; else "xla" (quantize_activation)."""
+    return ("pallas" if MX_OPERAND_KERNEL_MIN_M is not None and not interpret
+            and jax.default_backend() == "gpu" and m >= MX_OPERAND_KERNEL_MIN_M
+            and k_storage % 128 == 0 else "xla")
+
+
+def mx_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey, *,
+                          operand: str | None = None, interpret: bool = False) -> jax.Array:
+    """bf16 (M, Ks) = code * 2**(u - 127) of the reference's MX activation (exact: <= 4
+    significant bits). operand: "xla" or "pallas" (see mx_operand_path, which None asks)."""
+    ks = qw.storage_shape[1]
+    operand = operand or mx_operand_path(x2d.shape[0], ks, interpret=interpret)
+    if operand not in ("xla", "pallas"):
+        raise ValueError(f"operand must be 'xla' or 'pallas', got {operand!r}")
+    if operand == "pallas":  # (the rule's branches as in numerics.activations._mx)
+        return mx_operand(pad_k(x2d, ks), elem="e2m1" if act.is_fp4 else "e4m3",
+                          rule="modelopt" if act.rule is ScaleRule.MODELOPT
+                          else "compressed-tensors", interpret=interpret)
+    q, s = _mx_activation(x2d, qw, act)
+    return (q.astype(F32) * expand(s, *q.shape)).astype(BF16)
+
+
 def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic: bool = False,
           interpret: bool = False, config: MatmulConfig | None = None,
           fp4_layout: str | None = None, decode: str | None = None, path: str | None = None,
@@ -165,11 +195,15 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
         if spec.activation is None:
             parts = _x_parts(x2d, qw)
         else:  # code * 2**k is exact in bf16
-            q, s = _mx_activation(x2d, qw, spec.activation)
-            parts = [(q.astype(F32) * expand(s, *q.shape)).astype(BF16)]
+            parts = [mx_activation_operand(x2d, qw, spec.activation, interpret=interpret)]
         y = mxfp4_matmul(parts, qw.data, qw.scale, fp4_layout=fp4_layout, decode=decode, **kw)
     elif spec.activation is None:  # MXFP8 weight-only
         y = mxfp8_matmul(_x_parts(x2d, qw), qw.data, qw.scale, **kw)
+    elif (mxfp8_variant in (None, "bf16") and  # (the bf16 variant's operand, by one pass)
+          mx_operand_path(x2d.shape[0], qw.storage_shape[1], interpret=interpret) == "pallas"):
+        xb = mx_activation_operand(x2d, qw, spec.activation, operand="pallas",
+                                   interpret=interpret)
+        y = mxfp8_matmul([xb], qw.data, qw.scale, **kw)
     else:  # MXFP8 x MXFP8
         q, s = _mx_activation(x2d, qw, spec.activation)
         y = mxfp8_w8a8_matmul(q, s, qw.data, qw.scale, variant=mxfp8_variant, **kw)
@@ -197,11 +231,17 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
                                     group=wk.group_size) else "one XLA pass")
     out = _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic)
+    interpret = jax.default_backend() == "cpu"
     if spec.activation is not None and wk.scale_dtype == "float8_e4m3fn":
         out["activation_operand"] = (
             "one Pallas pass (act_quant.nvfp4_operand, div.rn.f32)"
-            if nvfp4_operand_path(m, k, interpret=jax.default_backend() == "cpu") == "pallas"
+            if nvfp4_operand_path(m, k, interpret=interpret) == "pallas"
             else "XLA (quantize_activation, exact division)")
+    elif spec.activation is not None:
+        out["activation_operand"] = (
+            "one Pallas pass (act_quant.mx_operand)"
+            if mx_operand_path(m, k, interpret=interpret) == "pallas"
+            else "XLA (quantize_activation)")
     return out
 
 

@@ -17,11 +17,11 @@ import pytest
 
 import oracle
 from jqlin import formats, qweight
-from jqlin.kernels.pallas_fp4 import nvfp4_activation_operand
+from jqlin.kernels.pallas_fp4 import mx_activation_operand, nvfp4_activation_operand
 from jqlin.kernels.pallas_fp8 import quantize_x
 from jqlin.spec import GlobalScale, ScaleRule
 from pallas_kernels import act_quant
-from pallas_kernels.act_quant import e4m3_codes, nvfp4_operand
+from pallas_kernels.act_quant import e4m3_codes, mx_operand, nvfp4_operand
 
 @pytest.fixture(params=["launch", "whole"])
 def tiles(request, monkeypatch):
@@ -197,7 +197,7 @@ def test_nvfp4_operand_of_bf16_rows_is_the_rule_bitwise(rng):
 
 
 def test_kernels_lower_for_the_gpu(monkeypatch, tiles):
-    """Both kernels lower to Triton for an sm_90 GPU from this machine (interpret mode never
+    """The kernels lower to Triton for an sm_90 GPU from this machine (interpret mode never
     runs the Triton lowering rules: session 32 met a rule that fails there only on the H200).
     Pallas asks the runtime for the GPU's compute capability; the test names one."""
     import types
@@ -207,6 +207,8 @@ def test_kernels_lower_for_the_gpu(monkeypatch, tiles):
     x = jnp.ones((77, 1024), jnp.bfloat16)
     calls = [lambda x: e4m3_codes(x, jnp.ones((77, 8), jnp.float32))]
     calls += [lambda x, r=r: nvfp4_operand(x, jnp.float32(1), rule=r) for r in NVFP4_RULES]
+    calls += [lambda x, e=e, r=r: mx_operand(x, elem=e, rule=r)
+              for e in ("e2m1", "e4m3") for r in act_quant.MX_RULES]
     for f in calls:
         text = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",)).as_text()
         assert "triton" in text.lower()
@@ -252,3 +254,116 @@ def test_gpu_nvfp4_operand_is_the_rule_bitwise(rng, rule, tiles):
     for m, k in [(1, 128), (1, 1024), (16, 4096), (77, 4096), (300, 1536), (1001, 4096)]:
         _check_nvfp4(rng, rule, m, k, interpret=False)
     _check_nvfp4(rng, rule, 33, 2048, interpret=False, dtype=jnp.bfloat16)
+
+
+MX_CASES = [(fmt, rule) for fmt in ("mxfp4", "mxfp8")
+            for rule in ("compressed-tensors", "modelopt")]
+
+
+def _mx_weight(fmt, rule, k):
+    spec = formats.get(fmt)
+    spec = dataclasses.replace(spec, activation=dataclasses.replace(
+        spec.activation, rule=ScaleRule(rule)))
+    w = np.random.default_rng(7).standard_normal((128, k))
+    return qweight.quantize(jnp.asarray(w, jnp.float32), fmt), spec
+
+
+def _mx_activations(rng, fmt, m, k):
+    """Rows of many magnitudes (2**-60 .. 2**60); rows of rounding ties at power-of-two scales
+    (each group's first element its amax: 6 * 2**j for e2m1 codes, whose ties are exact then;
+    448 * 2**j for e4m3, e4m3 midpoints); a zero group, +-inf, a group of 3e38, a group at
+    2**-100."""
+    x = rng.standard_normal((m, k)) * np.exp2(rng.uniform(-60, 60, (m, 1)))
+    t, groups = (m + 1) // 2, k // 32
+    j = np.exp2(rng.integers(-20, 20, (t, groups, 1)).astype(np.float64))
+    if fmt == "mxfp4":
+        ties = np.float64([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+        y = rng.choice(ties, (t, groups, 32)) * j * rng.choice([-1, 1], (t, groups, 32))
+        y[:, :, 0] = 6 * j[:, :, 0]
+    else:
+        y = oracle.e4m3_ties(rng, (t, groups, 32), j)
+        y[:, :, 0] = 448 * j[:, :, 0]
+    x[:t] = y.reshape(t, k)
+    x[-1, :32] = 0
+    x[-1, 32] = np.inf
+    if m > 1:
+        x[0, 40] = -np.inf
+        x[0, 64:96] = 3e38
+        x[0, 96:128] = rng.standard_normal(32) * 2.0 ** -100
+    return jnp.asarray(x, jnp.float32)
+
+
+def _check_mx(rng, fmt, rule, m, k, interpret, dtype=jnp.float32):
+    x = _mx_activations(rng, fmt, m, k).astype(dtype)
+    qw, spec = _mx_weight(fmt, rule, k)
+    run = lambda operand: jax.jit(lambda x: mx_activation_operand(  # noqa: E731
+        x, qw, spec.activation, operand=operand, interpret=interpret))(x)
+    a = np.asarray(run("pallas")).view(np.uint16)
+    b = np.asarray(run("xla")).view(np.uint16)
+    bad = np.argwhere(a != b)
+    assert not len(bad), (
+        f"{fmt} {rule} M={m} K={k}: {len(bad)} of {a.size} differ, e.g. (row, col, x, kernel, "
+        "rule): " + str([(i, j, float(x[i, j]), hex(a[i, j]), hex(b[i, j])) for i, j in bad[:4]]))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="interpret mode (see above)")
+@pytest.mark.parametrize("fmt,rule", MX_CASES)
+@pytest.mark.parametrize("m,k", [(1, 128), (13, 512)])
+def test_mx_operand_is_the_rule_bitwise(rng, fmt, rule, m, k, tiles):
+    """The MX operand kernel is the XLA rule (quantize_activation, then code * 2**(u-127)) bit
+    for bit: ties rows, zero group, infinities, huge and tiny groups, partial row blocks."""
+    _check_mx(rng, fmt, rule, m, k, interpret=True)
+
+
+def test_mx_operand_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="elem must be one of"):
+        mx_operand(jnp.ones((4, 256)), elem="e5m2", rule="modelopt", interpret=True)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        mx_operand(jnp.ones((4, 200)), elem="e2m1", rule="modelopt", interpret=True)
+    qw, spec = _mx_weight("mxfp4", "modelopt", 256)
+    with pytest.raises(ValueError, match="operand must be"):
+        mx_activation_operand(jnp.ones((4, 256)), qw, spec.activation, operand="triton")
+
+
+def test_mx_operand_is_not_routed_until_it_runs_on_the_gpu(monkeypatch):
+    """MX_OPERAND_KERNEL_MIN_M None: the dispatcher keeps XLA's MX rule on every backend, and
+    says so; set, the path follows it as the NVFP4 one does."""
+    from jqlin.kernels import pallas_fp4
+    from jqlin.kernels.pallas_fp4 import describe_config, mx_operand_path
+    monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "gpu")
+    assert pallas_fp4.MX_OPERAND_KERNEL_MIN_M is None
+    assert mx_operand_path(4096, 4096) == "xla"
+    qw, spec = _mx_weight("mxfp8", "compressed-tensors", 512)
+    assert "XLA" in describe_config("pallas_mxfp8", 4096, qw, spec, jnp.bfloat16,
+                                    False)["activation_operand"]
+    monkeypatch.setattr(pallas_fp4, "MX_OPERAND_KERNEL_MIN_M", 1)
+    assert mx_operand_path(1, 4096) == "pallas"
+    assert mx_operand_path(4096, 4000) == "xla"
+    assert mx_operand_path(4096, 4096, interpret=True) == "xla"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,rule", MX_CASES)
+def test_gpu_mx_operand_is_the_rule_bitwise(rng, fmt, rule, tiles):
+    for m, k in [(1, 128), (1, 1024), (16, 4096), (77, 4096), (300, 1536), (1001, 4096)]:
+        _check_mx(rng, fmt, rule, m, k, interpret=False)
+    _check_mx(rng, fmt, rule, 33, 2048, interpret=False, dtype=jnp.bfloat16)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="interpret mode (see above)")
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8", "nvfp4"])
+def test_products_with_the_operand_kernels_are_bitwise_the_xla_operands(rng, monkeypatch, fmt):
+    """pallas_fp4.apply with the operand kernel (the path forced) gives the product of XLA's
+    operand bit for bit: the same operand reaches the same matmul (MXFP8: the bf16 variant's
+    matmul, called directly)."""
+    from jqlin.kernels import pallas_fp4
+    x = jnp.asarray(rng.standard_normal((3, 256)), jnp.float32)
+    calib = x if fmt == "nvfp4" else None
+    qw = qweight.quantize(jnp.asarray(rng.standard_normal((128, 256)), jnp.float32), fmt,
+                          calibration=calib)
+    run = lambda: np.asarray(jax.jit(lambda x: pallas_fp4.apply(  # noqa: E731
+        x, qw, qw.spec, interpret=True))(x))
+    ref = run()
+    path = "nvfp4_operand_path" if fmt == "nvfp4" else "mx_operand_path"
+    monkeypatch.setattr(pallas_fp4, path, lambda *a, **k: "pallas")
+    np.testing.assert_array_equal(run(), ref)
