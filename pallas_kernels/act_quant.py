@@ -2,16 +2,19 @@
   e4m3_codes     FP8 codes q = e4m3(clip(x / s, +-448)), the scales s already computed by the
                  caller's producer rule (session 31);
   nvfp4_operand  the whole NVFP4 dynamic rule (amax per 16, e4m3 block scale, e2m1 codes) and
-                 the W4A4 operand code * block scale, exact in bf16 (session 32).
+                 the W4A4 operand code * block scale, exact in bf16 (session 32);
+  mx_operand     the whole MX dynamic rule (amax per 32, e8m0 exponent, e2m1 / e4m3 codes) and
+                 the operand code * 2**k (session 32; not yet run on the GPU, not routed).
 
 Why kernels of our own: the quotients must be the correctly rounded ones (the producers divide
 in IEEE float32), and XLA's GPU division is not (div.full.f32); jqlin's exact XLA division
 corrects it with integer arithmetic, which made the quantization ALU-bound at prefill sizes
 (H200, 4096 x 8192 bf16: FP8 codes 173 us, NVFP4 operand 175 us, against 50 / 57 us here) and
-at decode sizes two or three XLA launches (NVFP4: 3.0 us against 1.1). Here the quotient is
-the hardware's own IEEE division (`div.rn.f32`) and the roundings are the compiler's RTNE e4m3
-conversion (FP8 codes) or exact integer / power-of-two arithmetic -- the same bits as
-jqlin.numerics (tests: bitwise on the GPU, every rule).
+at decode sizes two or three XLA launches (NVFP4: 3.0 us against 1.1; MX divides by nothing,
+but is two or three launches too). Here the quotient is the hardware's own IEEE division
+(`div.rn.f32`) and the roundings are the compiler's RTNE e4m3 conversion (FP8 codes) or exact
+integer / power-of-two arithmetic -- the same bits as jqlin.numerics (tests: bitwise on the
+GPU, every rule; MX in interpret mode so far).
 """
 
 from __future__ import annotations
