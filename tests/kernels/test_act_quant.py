@@ -167,15 +167,19 @@ def _check_nvfp4(rng, rule, m, k, interpret, dtype=jnp.float32):
     qw, spec = _nvfp4_weight(rule, k)
     for g in _GLOBALS:
         qw = dataclasses.replace(qw, input_scale=jnp.float32(g))
-        run = lambda operand: jax.jit(lambda x: nvfp4_activation_operand(  # noqa: E731
-            x, qw, spec.activation, operand=operand, interpret=interpret))(x)
-        a = np.asarray(run("pallas")).view(np.uint16)
-        b = np.asarray(run("xla")).view(np.uint16)
-        bad = np.argwhere(a != b)
-        assert not len(bad), (
-            f"{rule} g={g} M={m} K={k}: {len(bad)} of {a.size} differ, e.g. (row, col, x, "
-            "kernel, rule): " + str([(i, j, float(x[i, j]), hex(a[i, j]), hex(b[i, j]))
-                                     for i, j in bad[:4]]))
+        _same_operands(lambda x, operand, qw=qw: nvfp4_activation_operand(
+            x, qw, spec.activation, operand=operand, interpret=interpret),
+            x, f"{rule} g={g} M={m} K={k}")
+
+
+def _same_operands(operand_of, x, what):
+    """operand_of(x, operand), jitted, is bitwise the same bf16 array for "pallas" and "xla"."""
+    a, b = (np.asarray(jax.jit(lambda x, o=o: operand_of(x, o))(x)).view(np.uint16)
+            for o in ("pallas", "xla"))
+    bad = np.argwhere(a != b)
+    assert not len(bad), (
+        f"{what}: {len(bad)} of {a.size} differ, e.g. (row, col, x, kernel, rule): "
+        + str([(i, j, float(x[i, j]), hex(a[i, j]), hex(b[i, j])) for i, j in bad[:4]]))
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason=(
@@ -296,14 +300,9 @@ def _mx_activations(rng, fmt, m, k):
 def _check_mx(rng, fmt, rule, m, k, interpret, dtype=jnp.float32):
     x = _mx_activations(rng, fmt, m, k).astype(dtype)
     qw, spec = _mx_weight(fmt, rule, k)
-    run = lambda operand: jax.jit(lambda x: mx_activation_operand(  # noqa: E731
-        x, qw, spec.activation, operand=operand, interpret=interpret))(x)
-    a = np.asarray(run("pallas")).view(np.uint16)
-    b = np.asarray(run("xla")).view(np.uint16)
-    bad = np.argwhere(a != b)
-    assert not len(bad), (
-        f"{fmt} {rule} M={m} K={k}: {len(bad)} of {a.size} differ, e.g. (row, col, x, kernel, "
-        "rule): " + str([(i, j, float(x[i, j]), hex(a[i, j]), hex(b[i, j])) for i, j in bad[:4]]))
+    _same_operands(lambda x, operand: mx_activation_operand(
+        x, qw, spec.activation, operand=operand, interpret=interpret), x,
+        f"{fmt} {rule} M={m} K={k}")
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="interpret mode (see above)")
