@@ -25,9 +25,10 @@ from pallas_kernels.act_quant import e4m3_codes, mx_operand, nvfp4_operand
 
 @pytest.fixture(params=["launch", "whole"])
 def tiles(request, monkeypatch):
-    """The kernels' tiles as `tile` picks them for the launch ("launch": one row a program at
-    these sizes) or the largest, (16, 512) ("whole"), whose last row block is partial for M not
-    a multiple of 16 -- the masked loads and stores."""
+    """The kernels' tiles as `tile` picks them for the launch ("launch": (1, 128) at the CPU
+    tests' sizes) or the largest, (16, 512) ("whole"; 128 columns where K is not a multiple of
+    512), whose last row block is partial for M not a multiple of 16 -- the masked loads and
+    stores. The CPU tests name the pairs that differ; the GPU tests run both."""
     if request.param == "whole":
         monkeypatch.setattr(act_quant, "_MIN_PROGRAMS", 0)
     return request.param
@@ -79,7 +80,8 @@ def _check(rng, fmt, rule, m, k, interpret):
     "interpret mode divides with the backend's division: IEEE on the CPU, not on the GPU (where "
     "test_gpu_codes_kernel_is_the_rule_bitwise runs the kernel itself)"))
 @pytest.mark.parametrize("fmt,rule", CASES)
-@pytest.mark.parametrize("m,k", [(1, 384), (1, 1024), (13, 384), (40, 1024)])
+@pytest.mark.parametrize("m,k,tiles", [(1, 384, "launch"), (1, 1024, "whole"), (13, 384, "whole"),
+                                       (40, 1024, "whole")], indirect=["tiles"])
 def test_codes_kernel_is_the_rule_bitwise(rng, fmt, rule, m, k, tiles):
     _check(rng, fmt, rule, m, k, interpret=True)
 
@@ -186,7 +188,8 @@ def _same_operands(operand_of, x, what):
     "interpret mode divides with the backend's division: IEEE on the CPU, not on the GPU (where "
     "test_gpu_nvfp4_operand_is_the_rule_bitwise runs the kernel itself)"))
 @pytest.mark.parametrize("rule", NVFP4_RULES)
-@pytest.mark.parametrize("m,k", [(1, 128), (1, 1024), (13, 384)])
+@pytest.mark.parametrize("m,k,tiles", [(1, 128, "launch"), (1, 1024, "whole"), (13, 384, "whole")],
+                         indirect=["tiles"])
 def test_nvfp4_operand_is_the_rule_bitwise(rng, rule, m, k, tiles):
     """The kernel's operand is the XLA rule's (quantize_activation, then code * e4m3 factor)
     bit for bit: ties rows, zero group, infinities, overflowing products, several global
@@ -307,7 +310,7 @@ def _check_mx(rng, fmt, rule, m, k, interpret, dtype=jnp.float32):
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="interpret mode (see above)")
 @pytest.mark.parametrize("fmt,rule", MX_CASES)
-@pytest.mark.parametrize("m,k", [(1, 128), (13, 512)])
+@pytest.mark.parametrize("m,k,tiles", [(1, 128, "launch"), (13, 512, "whole")], indirect=["tiles"])
 def test_mx_operand_is_the_rule_bitwise(rng, fmt, rule, m, k, tiles):
     """The MX operand kernel is the XLA rule (quantize_activation, then code * 2**(u-127)) bit
     for bit: ties rows, zero group, infinities, huge and tiny groups, partial row blocks."""
