@@ -23,6 +23,7 @@ from jqlin.spec import GlobalScale, ScaleRule
 from pallas_kernels import act_quant
 from pallas_kernels.act_quant import e4m3_codes, mx_operand, nvfp4_operand
 
+
 @pytest.fixture(params=["launch", "whole"])
 def tiles(request, monkeypatch):
     """The kernels' tiles as `tile` picks them for the launch ("launch": (1, 128) at the CPU
