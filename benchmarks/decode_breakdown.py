@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     if args.act != "auto":
         from jqlin.kernels import pallas_fp4, pallas_fp8
         least = 1 << 62 if args.act == "xla" else 1
-        pallas_fp4.OPERAND_KERNEL_MIN_M = pallas_fp8.CODES_KERNEL_MIN_M = least
+        pallas_fp4.NVFP4_OPERAND_KERNEL_MIN_M = pallas_fp8.CODES_KERNEL_MIN_M = least
         pallas_fp4.MX_OPERAND_KERNEL_MIN_M = least
     results = []
     for _, k, n in bench.parse_shapes(args.shapes):

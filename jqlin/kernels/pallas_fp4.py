@@ -68,7 +68,7 @@ F32, BF16 = jnp.float32, jnp.bfloat16
 XLA_GEMM_MIN_M = min(min(MGPU_MAX_M.values()) + 1, DENSE_MIN_M)
 # NVFP4 W4A4 activation operand by one Pallas pass from this M on (GPU): 0.30-0.50x the XLA
 # rule's time at M = 1-4096 (H200, session 32)
-OPERAND_KERNEL_MIN_M = 1
+NVFP4_OPERAND_KERNEL_MIN_M = 1
 # MX activation operand by one Pallas pass from this M on (GPU); None: not routed --
 # act_quant.mx_operand has passed its tests in interpret mode only (session 32)
 MX_OPERAND_KERNEL_MIN_M: int | None = None
@@ -96,11 +96,11 @@ def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
 def nvfp4_operand_path(m: int, k_storage: int, *, interpret: bool = False) -> str:
     """Who computes the NVFP4 W4A4 activation operand (the same bits either way): "pallas"
     (pallas_kernels.act_quant.nvfp4_operand: the whole rule in one pass, the hardware's IEEE
-    division) on the GPU from M = OPERAND_KERNEL_MIN_M with K a multiple of 128; else "xla"
-    (quantize_activation: an amax fusion and one pass, the exact division corrected by integer
-    arithmetic)."""
+    division) on the GPU from M = NVFP4_OPERAND_KERNEL_MIN_M with K a multiple of 128; else
+    "xla" (quantize_activation: an amax fusion and one pass, the exact division corrected by
+    integer arithmetic)."""
     return ("pallas" if not interpret and jax.default_backend() == "gpu"
-            and m >= OPERAND_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")
+            and m >= NVFP4_OPERAND_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")
 
 
 def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey, *,

@@ -236,16 +236,17 @@ def test_nvfp4_operand_rejects_bad_arguments():
 
 
 def test_nvfp4_operand_path_rule(monkeypatch):
-    """The operand kernel serves W4A4 on the GPU from OPERAND_KERNEL_MIN_M with K a multiple of
-    128; interpret mode and the CPU keep XLA's rule; describe_config says which."""
+    """The operand kernel serves W4A4 on the GPU from NVFP4_OPERAND_KERNEL_MIN_M with K a
+    multiple of 128; interpret mode and the CPU keep XLA's rule; describe_config says which."""
     from jqlin.kernels import pallas_fp4
-    from jqlin.kernels.pallas_fp4 import OPERAND_KERNEL_MIN_M, describe_config, nvfp4_operand_path
+    from jqlin.kernels.pallas_fp4 import (NVFP4_OPERAND_KERNEL_MIN_M, describe_config,
+                                          nvfp4_operand_path)
     monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "cpu")
     assert nvfp4_operand_path(4096, 4096) == "xla"
     monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "gpu")
-    assert nvfp4_operand_path(OPERAND_KERNEL_MIN_M, 4096) == "pallas"
-    if OPERAND_KERNEL_MIN_M > 1:
-        assert nvfp4_operand_path(OPERAND_KERNEL_MIN_M - 1, 4096) == "xla"
+    assert nvfp4_operand_path(NVFP4_OPERAND_KERNEL_MIN_M, 4096) == "pallas"
+    if NVFP4_OPERAND_KERNEL_MIN_M > 1:
+        assert nvfp4_operand_path(NVFP4_OPERAND_KERNEL_MIN_M - 1, 4096) == "xla"
     assert nvfp4_operand_path(4096, 4000) == "xla"
     assert nvfp4_operand_path(4096, 4096, interpret=True) == "xla"
     qw, spec = _nvfp4_weight("compressed-tensors", 512)
