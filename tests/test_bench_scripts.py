@@ -140,6 +140,22 @@ def test_profile_mgpu_decode_and_decode_breakdown_run(tmp_path):
         ("bf16", 2, "no GPU kernels on CPU"), ("fp8_block_a16", 2, "no GPU kernels on CPU")]
 
 
+def test_probe_act_quant_and_the_act_switch_run(tmp_path):
+    """probe_act_quant.py (session 31) with the XLA operands of session 32's --codes, and
+    decode_breakdown.py --act xla (no GPU kernels to time on CPU: the records' shape)."""
+    out_json = tmp_path / "aq.json"
+    _run(["benchmarks/probe_act_quant.py", "--formats", "fp8_ptpc,nvfp4,mxfp4,mxfp8", "--m",
+          "3", "--k", "256", "--calls", "2", "--codes", "xla", "--out", str(out_json)], tmp_path)
+    data = json.loads(out_json.read_text())
+    assert "--codes xla" in data["command"]
+    assert [(r["format"], r["M"], r["codes"]) for r in data["records"]] == [
+        (f, 3, "xla") for f in ("fp8_ptpc", "nvfp4", "mxfp4", "mxfp8")]
+    bd = tmp_path / "bd.json"
+    _run(["benchmarks/decode_breakdown.py", "--shapes", "256x256", "--m", "1", "--reps", "2",
+          "--ops", "nvfp4", "--act", "xla", "--out", str(bd)], tmp_path)
+    assert [r["op"] for r in json.loads(bd.read_text())["results"]] == ["nvfp4"]
+
+
 def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):
     """XLA's compiled kernels for W8A16's dense formula at M=1 (and on two rows), M=2: on CPU
     its own dot emitters, one section each with at least one kernel line."""
