@@ -26,9 +26,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from .mx_decode import expand_groups
+from .mx_decode import e8m0_to_f32, expand_groups
 
-__all__ = ["e4m3_codes", "nvfp4_operand", "mx_operand", "NVFP4_RULES", "MX_RULES", "tile"]
+__all__ = ["e4m3_codes", "nvfp4_operand", "mx_operand", "NVFP4_RULES", "MX_RULES", "serves",
+           "tile"]
 
 ROWS = 16  # activation rows per program, at most
 COLS = 512  # K columns per program, at most (128 the least: a multiple of every group size)
@@ -62,6 +63,14 @@ def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
     return q
 
 
+def serves(m: int, k: int, min_m: int | None, *, interpret: bool = False) -> bool:
+    """Whether these kernels take an (M, K) activation rather than XLA's rule: on the GPU (not
+    in interpret mode, which divides with the backend's division), K a multiple of 128 (every
+    kernel's least tile), M >= min_m (None: not routed). The callers' routing rules."""
+    return (min_m is not None and not interpret and jax.default_backend() == "gpu"
+            and m >= min_m and k % 128 == 0)
+
+
 def tile(m: int, k: int) -> tuple[int, int]:
     """(rows, cols) of a program's tile: (16, 512) where the launch has programs enough, else
     fewer rows (down to 1), then 128 columns; cols 128 where K is not a multiple of 512."""
@@ -73,31 +82,51 @@ def tile(m: int, k: int) -> tuple[int, int]:
     return rows, cols
 
 
+def _x_shape(x: jax.Array, who: str) -> tuple[int, int]:
+    if x.ndim != 2 or x.shape[1] % 128:
+        raise ValueError(f"{who}: x must be (M, K) with K a multiple of 128, got {x.shape}")
+    return x.shape
+
+
+def _load_rows(x_ref, m: int, rows: int):
+    """The program's x tile in float32, its live rows (rows, 1) and their mask over the tile.
+    Pallas' Triton lowering masks nothing by itself: the last row block, where M is not a
+    multiple of `rows`, loads and stores under this mask (unmasked, its stores overwrote the
+    next buffer on the H200)."""
+    live = pl.program_id(0) * rows + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < m
+    mask = jnp.broadcast_to(live, (rows, x_ref.shape[1]))
+    return pltriton.load(x_ref, mask=mask, other=0).astype(jnp.float32), live, mask
+
+
+def _launch(kernel, x: jax.Array, *inputs, in_specs=(), out_dtype, tiles: tuple[int, int],
+            name: str, interpret: bool) -> jax.Array:
+    """kernel over (rows, cols) tiles of x (M, K) and an output like x in out_dtype."""
+    (m, k), (rows, cols) = x.shape, tiles
+    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((m, k), out_dtype),
+        grid=(pl.cdiv(m, rows), k // cols), in_specs=[block, *in_specs], out_specs=block,
+        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
+        interpret=interpret, name=name)(x, *inputs)
+
+
 def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int | None, interpret: bool):
     # per: K columns a scale covers (a group), 1 a row's, None the tensor's
-    # Pallas' Triton lowering masks nothing by itself: the last row block, where M is not a
-    # multiple of `rows`, loads and stores under a mask of the live rows (unmasked, its stores
-    # overwrote the next buffer on the H200)
-    live = pl.program_id(0) * rows + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < m
-    cols = x_ref.shape[1]
-    x = pltriton.load(x_ref, mask=jnp.broadcast_to(live, (rows, cols)), other=0)
-    x = x.astype(jnp.float32)
+    x, live, mask = _load_rows(x_ref, m, rows)
     if per is None:
         s = jnp.broadcast_to(s_ref[...], x.shape)
     else:
         s = pltriton.load(s_ref, mask=jnp.broadcast_to(live, s_ref.shape), other=1.0)
         s = expand_groups(s, per) if per > 1 else jnp.broadcast_to(s, x.shape)
     q = jnp.clip(div_rn(x, s, interpret=interpret), -_E4M3_MAX, _E4M3_MAX)
-    pltriton.store(q_ref, q.astype(q_ref.dtype), mask=jnp.broadcast_to(live, (rows, cols)))
+    pltriton.store(q_ref, q.astype(q_ref.dtype), mask=mask)
 
 
 def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> jax.Array:
     """x (M, K) float (K a multiple of 128), scale float32 (1, 1) per tensor, (M, 1) per row or
     (M, K / g) per group of g (a divisor of 128) along K -> e4m3 codes (M, K) of
     clip(x / scale, +-448), the quotient correctly rounded, ties to even."""
-    if x.ndim != 2 or x.shape[1] % 128:
-        raise ValueError(f"e4m3_codes: x must be (M, K) with K a multiple of 128, got {x.shape}")
-    m, k = x.shape
+    m, k = _x_shape(x, "e4m3_codes")
     if scale.dtype != jnp.float32 or scale.ndim != 2 or scale.shape[0] not in (1, m):
         raise ValueError(f"e4m3_codes: scale must be float32 (1, 1), ({m}, 1) or ({m}, K/g), "
                          f"got {scale.dtype} {scale.shape}")
@@ -112,13 +141,9 @@ def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> ja
             raise ValueError(f"e4m3_codes: a per-group scale {scale.shape} must divide K = {k} "
                              f"into groups dividing {cols}")
         s_spec, per = pl.BlockSpec((rows, cols // group), lambda i, j: (i, j)), group
-    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
-    return pl.pallas_call(
-        functools.partial(_kernel, m=m, rows=rows, per=per, interpret=interpret),
-        out_shape=jax.ShapeDtypeStruct((m, k), jnp.float8_e4m3fn),
-        grid=(pl.cdiv(m, rows), k // cols), in_specs=[block, s_spec], out_specs=block,
-        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
-        interpret=interpret, name="e4m3_codes")(x, scale)
+    return _launch(functools.partial(_kernel, m=m, rows=rows, per=per, interpret=interpret),
+                   x, scale, in_specs=[s_spec], out_dtype=jnp.float8_e4m3fn,
+                   tiles=(rows, cols), name="e4m3_codes", interpret=interpret)
 
 
 def _rni(v: jax.Array, *, interpret: bool) -> jax.Array:
@@ -158,12 +183,9 @@ def _round_e2m1(v: jax.Array, *, interpret: bool) -> jax.Array:
 
 def _nvfp4_kernel(x_ref, g_ref, o_ref, *, m: int, rows: int, rule: str, interpret: bool):
     # the whole rule a tile at a time: its groups of 16 lie inside one row of the tile
-    live = pl.program_id(0) * rows + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < m
-    cols = x_ref.shape[1]
-    mask = jnp.broadcast_to(live, (rows, cols))
-    x = pltriton.load(x_ref, mask=mask, other=0).astype(jnp.float32)
+    x, _, mask = _load_rows(x_ref, m, rows)
     g = g_ref[...]
-    amax = jnp.max(jnp.abs(x).reshape(rows, cols // 16, 16), axis=-1)
+    amax = jnp.max(jnp.abs(x).reshape(rows, x.shape[1] // 16, 16), axis=-1)
     div = functools.partial(div_rn, interpret=interpret)
     if rule == "compressed-tensors":  # global scale divides: s = e4m3(g * amax / 6), t = s / g
         s = _round_e4m3_positive(div(g * amax, jnp.full_like(amax, _E2M1_MAX)),
@@ -191,23 +213,17 @@ def nvfp4_operand(x: jax.Array, global_scale: jax.Array, *, rule: str,
     scale and the NaN into the code -0; here NaN reaches the operand)."""
     if rule not in NVFP4_RULES:
         raise ValueError(f"nvfp4_operand: rule must be one of {NVFP4_RULES}, got {rule!r}")
-    if x.ndim != 2 or x.shape[1] % 128:
-        raise ValueError(f"nvfp4_operand: x must be (M, K) with K a multiple of 128, "
-                         f"got {x.shape}")
+    m, k = _x_shape(x, "nvfp4_operand")
     g = jnp.asarray(global_scale)
     if g.dtype != jnp.float32 or g.size != 1:
         raise ValueError(f"nvfp4_operand: global_scale must be one float32, got {g.dtype} "
                          f"{g.shape}")
-    m, k = x.shape
     rows, cols = tile(m, k)
-    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
-    return pl.pallas_call(
-        functools.partial(_nvfp4_kernel, m=m, rows=rows, rule=rule, interpret=interpret),
-        out_shape=jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
-        grid=(pl.cdiv(m, rows), k // cols),
-        in_specs=[block, pl.BlockSpec((1, 1), lambda i, j: (0, 0))], out_specs=block,
-        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
-        interpret=interpret, name="nvfp4_operand")(x, g.reshape(1, 1))
+    return _launch(functools.partial(_nvfp4_kernel, m=m, rows=rows, rule=rule,
+                                     interpret=interpret),
+                   x, g.reshape(1, 1), in_specs=[pl.BlockSpec((1, 1), lambda i, j: (0, 0))],
+                   out_dtype=jnp.bfloat16, tiles=(rows, cols), name="nvfp4_operand",
+                   interpret=interpret)
 
 
 def _with_sign_of(mag: jax.Array, x: jax.Array) -> jax.Array:
@@ -217,17 +233,12 @@ def _with_sign_of(mag: jax.Array, x: jax.Array) -> jax.Array:
                                         jnp.float32)
 
 
-def _e8m0_value(u: jax.Array) -> jax.Array:
-    """2**(u - 127) as float32 for u in [0, 254] (int32): 2**-127 is the subnormal 0x400000."""
-    bits = jnp.where(u == 0, 0x400000, u << 23)
-    return jax.lax.bitcast_convert_type(bits.astype(jnp.uint32), jnp.float32)
-
-
 def _mx_exponent(amax: jax.Array, elem: str, rule: str, *, interpret: bool) -> jax.Array:
-    """The biased e8m0 exponent u (int32, 0..254) of jqlin.numerics.e8m0's producer rules, on
-    the bits: compressed-tensors' exponent_ct (amax's mantissa rounded to a power of two, less
-    the element's largest exponent) or ModelOpt's exponent_modelopt (ceil(log2(amax / max)) from
-    the quotient's fields, as frexp gives it: exponent 0 for a zero or infinite quotient)."""
+    """The biased e8m0 exponent u (int32, 0..254) of jqlin.numerics.e8m0's producer rules
+    (written again: this package does not import jqlin), on the bits: compressed-tensors'
+    exponent_ct (amax's mantissa rounded to a power of two, less the element's largest
+    exponent) or ModelOpt's exponent_modelopt (ceil(log2(amax / max)) from the quotient's
+    fields, as frexp gives it: exponent 0 for a zero or infinite quotient)."""
     if rule == "compressed-tensors":
         bits = jax.lax.bitcast_convert_type(amax, jnp.uint32)
         field = (((bits + (1 << 21)) >> 23) & 0xFF).astype(jnp.int32)
@@ -244,15 +255,12 @@ def _mx_exponent(amax: jax.Array, elem: str, rule: str, *, interpret: bool) -> j
 
 def _mx_kernel(x_ref, o_ref, *, m: int, rows: int, elem: str, rule: str, interpret: bool):
     # the whole rule a tile at a time: its groups of 32 lie inside one row of the tile
-    live = pl.program_id(0) * rows + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < m
-    cols = x_ref.shape[1]
-    mask = jnp.broadcast_to(live, (rows, cols))
-    x = pltriton.load(x_ref, mask=mask, other=0).astype(jnp.float32)
-    amax = jnp.max(jnp.abs(x).reshape(rows, cols // 32, 32), axis=-1)
+    x, _, mask = _load_rows(x_ref, m, rows)
+    amax = jnp.max(jnp.abs(x).reshape(rows, x.shape[1] // 32, 32), axis=-1)
     u = _mx_exponent(amax, elem, rule, interpret=interpret)
     # dividing by 2**(u-127) is multiplying by 2**(127-u): exact, and a normal number (u <= 253
     # for every finite amax)
-    scaled = x * expand_groups(_e8m0_value(254 - u), 32)
+    scaled = x * expand_groups(e8m0_to_f32(254 - u), 32)
     if elem == "e4m3":  # ties to even, saturating (both rules)
         q = _with_sign_of(_round_e4m3_positive(jnp.abs(scaled), interpret=interpret), scaled)
     elif rule == "compressed-tensors":  # ties to even
@@ -262,7 +270,7 @@ def _mx_kernel(x_ref, o_ref, *, m: int, rows: int, elem: str, rule: str, interpr
         for bound, value in _E2M1_TOWARD_ZERO:
             val = jnp.where(mag > bound, value, val)
         q = _with_sign_of(val, scaled)
-    pltriton.store(o_ref, (q * expand_groups(_e8m0_value(u), 32)).astype(o_ref.dtype), mask=mask)
+    pltriton.store(o_ref, (q * expand_groups(e8m0_to_f32(u), 32)).astype(o_ref.dtype), mask=mask)
 
 
 def mx_operand(x: jax.Array, *, elem: str, rule: str, interpret: bool = False) -> jax.Array:
@@ -277,15 +285,9 @@ def mx_operand(x: jax.Array, *, elem: str, rule: str, interpret: bool = False) -
     if elem not in _MX_EMAX or rule not in MX_RULES:
         raise ValueError(f"mx_operand: elem must be one of {tuple(_MX_EMAX)} and rule one of "
                          f"{MX_RULES}, got {elem!r}, {rule!r}")
-    if x.ndim != 2 or x.shape[1] % 128:
-        raise ValueError(f"mx_operand: x must be (M, K) with K a multiple of 128, got {x.shape}")
-    m, k = x.shape
+    m, k = _x_shape(x, "mx_operand")
     rows, cols = tile(m, k)
-    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
-    return pl.pallas_call(
-        functools.partial(_mx_kernel, m=m, rows=rows, elem=elem, rule=rule,
-                          interpret=interpret),
-        out_shape=jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
-        grid=(pl.cdiv(m, rows), k // cols), in_specs=[block], out_specs=block,
-        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
-        interpret=interpret, name="mx_operand")(x)
+    return _launch(functools.partial(_mx_kernel, m=m, rows=rows, elem=elem, rule=rule,
+                                     interpret=interpret),
+                   x, out_dtype=jnp.bfloat16, tiles=(rows, cols), name="mx_operand",
+                   interpret=interpret)

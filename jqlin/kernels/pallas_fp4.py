@@ -39,7 +39,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.act_quant import mx_operand, nvfp4_operand
+from pallas_kernels.act_quant import mx_operand, nvfp4_operand, serves
 from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
                                        fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
@@ -99,8 +99,8 @@ def nvfp4_operand_path(m: int, k_storage: int, *, interpret: bool = False) -> st
     division) on the GPU from M = NVFP4_OPERAND_KERNEL_MIN_M with K a multiple of 128; else
     "xla" (quantize_activation: an amax fusion and one pass, the exact division corrected by
     integer arithmetic)."""
-    return ("pallas" if not interpret and jax.default_backend() == "gpu"
-            and m >= NVFP4_OPERAND_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")
+    return ("pallas" if serves(m, k_storage, NVFP4_OPERAND_KERNEL_MIN_M, interpret=interpret)
+            else "xla")
 
 
 def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey, *,
@@ -154,9 +154,8 @@ def mx_operand_path(m: int, k_storage: int, *, interpret: bool = False) -> str:
     """Who computes the MX activation operand (the same bits either way): "pallas"
     (pallas_kernels.act_quant.mx_operand) on the GPU from M = MX_OPERAND_KERNEL_MIN_M with K a
     multiple of 128 -- never while that is None; else "xla" (quantize_activation)."""
-    return ("pallas" if MX_OPERAND_KERNEL_MIN_M is not None and not interpret
-            and jax.default_backend() == "gpu" and m >= MX_OPERAND_KERNEL_MIN_M
-            and k_storage % 128 == 0 else "xla")
+    return ("pallas" if serves(m, k_storage, MX_OPERAND_KERNEL_MIN_M, interpret=interpret)
+            else "xla")
 
 
 def mx_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey, *,
@@ -231,16 +230,14 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
                                     group=wk.group_size) else "one XLA pass")
     out = _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic)
-    interpret = jax.default_backend() == "cpu"
     if spec.activation is not None and wk.scale_dtype == "float8_e4m3fn":
         out["activation_operand"] = (
             "one Pallas pass (act_quant.nvfp4_operand, div.rn.f32)"
-            if nvfp4_operand_path(m, k, interpret=interpret) == "pallas"
+            if nvfp4_operand_path(m, k) == "pallas"
             else "XLA (quantize_activation, exact division)")
     elif spec.activation is not None:
         out["activation_operand"] = (
-            "one Pallas pass (act_quant.mx_operand)"
-            if mx_operand_path(m, k, interpret=interpret) == "pallas"
+            "one Pallas pass (act_quant.mx_operand)" if mx_operand_path(m, k) == "pallas"
             else "XLA (quantize_activation)")
     return out
 

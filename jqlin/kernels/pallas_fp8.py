@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.act_quant import e4m3_codes
+from pallas_kernels.act_quant import e4m3_codes, serves
 from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_launch, det_order
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
@@ -110,8 +110,8 @@ def codes_path(m: int, k_storage: int, key: QuantKey, *, interpret: bool = False
     M = CODES_KERNEL_MIN_M (1: every M) for the division-form rules (all but ModelOpt's
     static one, which multiplies) and K a multiple of 128; else "xla" (quantize_activation)."""
     division = key.dynamic or key.rule is not ScaleRule.MODELOPT
-    return ("pallas" if division and not interpret and jax.default_backend() == "gpu"
-            and m >= CODES_KERNEL_MIN_M and k_storage % 128 == 0 else "xla")
+    return ("pallas" if division and serves(m, k_storage, CODES_KERNEL_MIN_M,
+                                            interpret=interpret) else "xla")
 
 
 def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
@@ -163,11 +163,10 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     and, for the W8A8 kernels, who computes the activation codes (codes_path)."""
     out = _describe_path(kernel, m, qw, spec, x_dtype, deterministic)
     if kernel != W8A16.name:
-        interpret = jax.default_backend() == "cpu"
         out["activation_codes"] = (
             "one Pallas pass (act_quant, div.rn.f32), scales by XLA"
-            if codes_path(m, qw.storage_shape[1], spec.activation, interpret=interpret)
-            == "pallas" else "XLA (quantize_activation, exact division)")
+            if codes_path(m, qw.storage_shape[1], spec.activation) == "pallas"
+            else "XLA (quantize_activation, exact division)")
     return out
 
 
