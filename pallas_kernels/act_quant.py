@@ -15,6 +15,13 @@ but is two or three launches too). Here the quotient is the hardware's own IEEE 
 (`div.rn.f32`) and the roundings are the compiler's RTNE e4m3 conversion (FP8 codes) or exact
 integer / power-of-two arithmetic -- the same bits as jqlin.numerics (tests: bitwise on the
 GPU, every rule; MX in interpret mode so far).
+
+NaN: a group (a row, the tensor) holding a NaN gets a NaN scale in jqlin.numerics, so its values
+and its rows' outputs are NaN. Here the GPU's float min / max ignore NaN (Pallas' Triton
+lowering is maxnumf / minnumf: max(NaN, 1) = 1), so a group's amax is taken on the magnitudes'
+bits (as integers a NaN pattern exceeds inf), NaN groups get their NaN scale explicitly, and
+clips keep NaN; interpret mode computes min / max the GPU's way (`_fmax`, `_fmin`), so the CPU
+tests see what the H200 would.
 """
 
 from __future__ import annotations
@@ -61,6 +68,32 @@ def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
         "div.rn.f32 $0, $1, $2;", args=[a, b], constraints="=r,r,r", pack=1,
         result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.float32)])
     return q
+
+
+def _fmax(a, b, *, interpret: bool) -> jax.Array:
+    """max(a, b) as the GPU kernel computes it: a NaN operand yields the other (maxnumf);
+    interpret mode models that (XLA's max would return the NaN)."""
+    return jnp.fmax(a, b) if interpret else jnp.maximum(a, b)
+
+
+def _fmin(a, b, *, interpret: bool) -> jax.Array:
+    """min(a, b) as the GPU kernel computes it (minnumf; see _fmax)."""
+    return jnp.fmin(a, b) if interpret else jnp.minimum(a, b)
+
+
+def _clip_keeping_nan(v: jax.Array, bound: float, *, interpret: bool) -> jax.Array:
+    """v clipped to +-bound, NaN kept NaN (the GPU's clip would make it -bound)."""
+    c = _fmin(_fmax(v, -bound, interpret=interpret), bound, interpret=interpret)
+    return jnp.where(v != v, v, c)
+
+
+def _group_amax(x: jax.Array, group: int) -> jax.Array:
+    """(rows, K / group) largest |x| of each group along K, NaN where the group holds a NaN:
+    the maximum of the magnitudes' bit patterns as integers (which order like the values, a
+    NaN above inf), since the GPU's float maximum passes over NaN."""
+    bits = jax.lax.bitcast_convert_type(x, jnp.int32) & 0x7FFFFFFF
+    amax = jnp.max(bits.reshape(x.shape[0], x.shape[1] // group, group), axis=-1)
+    return jax.lax.bitcast_convert_type(amax, jnp.float32)
 
 
 def serves(m: int, k: int, min_m: int | None, *, interpret: bool = False) -> bool:
@@ -118,14 +151,14 @@ def _kernel(x_ref, s_ref, q_ref, *, m: int, rows: int, per: int | None, interpre
     else:
         s = pltriton.load(s_ref, mask=jnp.broadcast_to(live, s_ref.shape), other=1.0)
         s = expand_groups(s, per) if per > 1 else jnp.broadcast_to(s, x.shape)
-    q = jnp.clip(div_rn(x, s, interpret=interpret), -_E4M3_MAX, _E4M3_MAX)
+    q = _clip_keeping_nan(div_rn(x, s, interpret=interpret), _E4M3_MAX, interpret=interpret)
     pltriton.store(q_ref, q.astype(q_ref.dtype), mask=mask)
 
 
 def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> jax.Array:
     """x (M, K) float (K a multiple of 128), scale float32 (1, 1) per tensor, (M, 1) per row or
     (M, K / g) per group of g (a divisor of 128) along K -> e4m3 codes (M, K) of
-    clip(x / scale, +-448), the quotient correctly rounded, ties to even."""
+    clip(x / scale, +-448), the quotient correctly rounded, ties to even; NaN stays NaN."""
     m, k = _x_shape(x, "e4m3_codes")
     if scale.dtype != jnp.float32 or scale.ndim != 2 or scale.shape[0] not in (1, m):
         raise ValueError(f"e4m3_codes: scale must be float32 (1, 1), ({m}, 1) or ({m}, K/g), "
@@ -162,7 +195,7 @@ def _round_e4m3_positive(v: jax.Array, *, interpret: bool) -> jax.Array:
     rounded to 4 bits on the bits (normal range) or whole steps of 2**-9 below 2**-6 -- integer
     and exact-float arithmetic only, the same on the GPU and in interpret mode (where XLA may
     delete a narrowing convert pair)."""
-    v = jnp.minimum(v, _E4M3_MAX)
+    v = _fmin(v, _E4M3_MAX, interpret=interpret)
     bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
     odd = (bits >> 20) & 1
     normal = jax.lax.bitcast_convert_type((bits + 0x7FFFF + odd) & jnp.uint32(0xFFF00000),
@@ -174,7 +207,7 @@ def _round_e4m3_positive(v: jax.Array, *, interpret: bool) -> jax.Array:
 def _round_e2m1(v: jax.Array, *, interpret: bool) -> jax.Array:
     """float32 values of e2m1(v), ties to even, saturating at +-6: whole steps of 0.5 below 2,
     1 below 4, 2 above (scaling by the step is exact: powers of two)."""
-    c = jnp.clip(v, -_E2M1_MAX, _E2M1_MAX)
+    c = _fmin(_fmax(v, -_E2M1_MAX, interpret=interpret), _E2M1_MAX, interpret=interpret)
     mag = jnp.abs(c)
     step = jnp.where(mag < 2.0, 0.5, jnp.where(mag < 4.0, 1.0, 2.0))
     inv = jnp.where(mag < 2.0, 2.0, jnp.where(mag < 4.0, 1.0, 0.5))
@@ -185,7 +218,7 @@ def _nvfp4_kernel(x_ref, g_ref, o_ref, *, m: int, rows: int, rule: str, interpre
     # the whole rule a tile at a time: its groups of 16 lie inside one row of the tile
     x, _, mask = _load_rows(x_ref, m, rows)
     g = g_ref[...]
-    amax = jnp.max(jnp.abs(x).reshape(rows, x.shape[1] // 16, 16), axis=-1)
+    amax = _group_amax(x, 16)
     div = functools.partial(div_rn, interpret=interpret)
     if rule == "compressed-tensors":  # global scale divides: s = e4m3(g * amax / 6), t = s / g
         s = _round_e4m3_positive(div(g * amax, jnp.full_like(amax, _E2M1_MAX)),
@@ -195,8 +228,9 @@ def _nvfp4_kernel(x_ref, g_ref, o_ref, *, m: int, rows: int, rule: str, interpre
     else:  # ModelOpt, global scale multiplies: b = e4m3(clip(amax / (6 g))), t = b * g
         b = div(amax, jnp.broadcast_to(_E2M1_MAX * g, amax.shape))
         b = jnp.where(b == 0, 1.0, b)
-        s = _round_e4m3_positive(jnp.maximum(b, 2.0 ** -9), interpret=interpret)
+        s = _round_e4m3_positive(_fmax(b, 2.0 ** -9, interpret=interpret), interpret=interpret)
         t = s * g
+    s = jnp.where(amax != amax, jnp.nan, s)  # a NaN group's scale (its codes: any)
     q = _round_e2m1(div(x, expand_groups(t, 16)), interpret=interpret)
     pltriton.store(o_ref, (q * expand_groups(s, 16)).astype(o_ref.dtype), mask=mask)
 
@@ -208,9 +242,8 @@ def nvfp4_operand(x: jax.Array, global_scale: jax.Array, *, rule: str,
     `global_scale`, a divisor under compressed-tensors, a multiplier under ModelOpt), in one
     pass. The global factor is the caller's to apply to the float32 accumulator; code * e4m3
     has <= 6 significant bits, so the bf16 product is exact. Bitwise jqlin.numerics'
-    quantize_activation (tests: tests/kernels/test_act_quant.py) on every input but NaN: a NaN
-    activation's group is not covered (the XLA rule's clamps turn its NaN amax into a finite
-    scale and the NaN into the code -0; here NaN reaches the operand)."""
+    quantize_activation (tests: tests/kernels/test_act_quant.py); a group holding a NaN is NaN
+    throughout, as its NaN scale makes it there."""
     if rule not in NVFP4_RULES:
         raise ValueError(f"nvfp4_operand: rule must be one of {NVFP4_RULES}, got {rule!r}")
     m, k = _x_shape(x, "nvfp4_operand")
@@ -234,33 +267,38 @@ def _with_sign_of(mag: jax.Array, x: jax.Array) -> jax.Array:
 
 
 def _mx_exponent(amax: jax.Array, elem: str, rule: str, *, interpret: bool) -> jax.Array:
-    """The biased e8m0 exponent u (int32, 0..254) of jqlin.numerics.e8m0's producer rules
-    (written again: this package does not import jqlin), on the bits: compressed-tensors'
-    exponent_ct (amax's mantissa rounded to a power of two, less the element's largest
+    """The biased e8m0 exponent u (int32, 0..254; 255 for a NaN amax) of jqlin.numerics.e8m0's
+    producer rules (written again: this package does not import jqlin), on the bits:
+    compressed-tensors' exponent_ct (amax's mantissa rounded to a power of two, less the element's largest
     exponent) or ModelOpt's exponent_modelopt (ceil(log2(amax / max)) from the quotient's
-    fields, as frexp gives it: exponent 0 for a zero or infinite quotient)."""
+    fields; 127 for an infinite one)."""
     if rule == "compressed-tensors":
         bits = jax.lax.bitcast_convert_type(amax, jnp.uint32)
         field = (((bits + (1 << 21)) >> 23) & 0xFF).astype(jnp.int32)
-        return jnp.clip(jnp.where(amax > 0, field - _MX_EMAX[elem], 0), 0, 254)
+        u = jnp.clip(jnp.where(amax > 0, field - _MX_EMAX[elem], 0), 0, 254)
+        return jnp.where(amax != amax, 255, u)
     v = div_rn(amax, jnp.full_like(amax, _MX_ELEM_MAX[elem]), interpret=interpret)
     bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
     biased = ((bits >> 23) & 0xFF).astype(jnp.int32)
     frac = bits & 0x7FFFFF
     e = biased - 126 - (frac == 0).astype(jnp.int32)  # a power of two is its own ceil
     e = jnp.where(biased == 0, jnp.where(frac > (1 << 22), -126, -127), e)  # subnormal v
-    e = jnp.where(((biased == 0) & (frac == 0)) | (biased == 255), 0, e)
-    return jnp.clip(jnp.where(amax > 0, e, -127), -127, 127) + 127
+    e = jnp.where((biased == 0) & (frac == 0), 0, e)
+    e = jnp.where(biased == 255, 127, e)  # an infinite quotient: ceil(log2(inf)) clamps to 127
+    return jnp.where(amax != amax, 255, jnp.clip(jnp.where(amax > 0, e, -127), -127, 127) + 127)
 
 
 def _mx_kernel(x_ref, o_ref, *, m: int, rows: int, elem: str, rule: str, interpret: bool):
     # the whole rule a tile at a time: its groups of 32 lie inside one row of the tile
     x, _, mask = _load_rows(x_ref, m, rows)
-    amax = jnp.max(jnp.abs(x).reshape(rows, x.shape[1] // 32, 32), axis=-1)
+    amax = _group_amax(x, 32)
     u = _mx_exponent(amax, elem, rule, interpret=interpret)
-    # dividing by 2**(u-127) is multiplying by 2**(127-u): exact, and a normal number (u <= 253
-    # for every finite amax)
-    scaled = x * expand_groups(e8m0_to_f32(254 - u), 32)
+    # dividing by 2**(u-127) is multiplying by 2**(127-u): exact, and a normal number for
+    # u <= 253 (every finite amax); u = 254 (ModelOpt, inf) takes 2**-126 then 1/2, as
+    # jqlin.numerics.divide_by_e8m0 (2**-127 is subnormal: flushed, inf * 0 = NaN); a NaN
+    # group's u = 255 makes its operand NaN whatever its codes
+    scaled = x * expand_groups(e8m0_to_f32(254 - jnp.minimum(u, 253)), 32)
+    scaled = jnp.where(expand_groups(u, 32) == 254, scaled * 0.5, scaled)
     if elem == "e4m3":  # ties to even, saturating (both rules)
         q = _with_sign_of(_round_e4m3_positive(jnp.abs(scaled), interpret=interpret), scaled)
     elif rule == "compressed-tensors":  # ties to even
@@ -278,9 +316,9 @@ def mx_operand(x: jax.Array, *, elem: str, rule: str, interpret: bool = False) -
     dynamic activation rule (groups of 32 along K, e8m0 scales by `rule`'s exponent, `elem`
     "e4m3" (MXFP8) or "e2m1" (MXFP4) codes: ties to even, or toward zero for ModelOpt's e2m1),
     in one pass; exact in bf16 (<= 4 significant bits). Bitwise jqlin.numerics'
-    quantize_activation (tests: tests/kernels/test_act_quant.py, interpret mode) on every input
-    but NaN and groups whose amax is below 2**-100 (subnormal scales and quotients, which
-    XLA's GPU code flushes to zero). Not yet run on the GPU (session 32): the dispatcher does
+    quantize_activation (tests: tests/kernels/test_act_quant.py, interpret mode; a group holding
+    a NaN NaN throughout, its scale NaN) on every input but groups whose amax is below 2**-100
+    (subnormal scales and quotients, which XLA's GPU code flushes to zero). Not yet run on the GPU (session 32): the dispatcher does
     not route to it (pallas_fp4.MX_OPERAND_KERNEL_MIN_M)."""
     if elem not in _MX_EMAX or rule not in MX_RULES:
         raise ValueError(f"mx_operand: elem must be one of {tuple(_MX_EMAX)} and rule one of "

@@ -61,7 +61,8 @@ def nvfp4_ties(rng, m, groups):
 
 
 def e8m0_value(u):
-    return np.ldexp(1.0, np.asarray(u, np.int64) - 127)
+    u = np.asarray(u, np.int64)
+    return np.where(u == 255, np.nan, np.ldexp(1.0, u - 127))
 
 
 def pad_to(w, rows, cols):
@@ -88,8 +89,11 @@ def ct_mx_exponent(amax, emax):
     next power of two only from 1.75 on (it adds 2**-2 of a mantissa unit, "conservatively")."""
     u = np.zeros(amax.shape, np.int64)
     for idx, a in np.ndenumerate(amax):
-        if a == 0:
-            u[idx] = 0
+        if a == 0 or np.isnan(a):  # NaN: the NaN scale (torchao's MX reference)
+            u[idx] = 255 if np.isnan(a) else 0
+            continue
+        if np.isinf(a):  # the bits' exponent field, 255 (torchao's reading; CT's torch casts
+            u[idx] = min(255 - emax, 254)  # floor(log2(inf)) to int32, which is undefined)
             continue
         f, e = math.frexp(float(a))  # a = f * 2**e, f in [0.5, 1)
         exp = (e - 1) + (1 if 2 * f >= 1.75 else 0)
@@ -98,10 +102,11 @@ def ct_mx_exponent(amax, emax):
 
 
 def modelopt_mx_exponent(amax, elem_max):
-    with np.errstate(divide="ignore"):
+    """The unbiased exponent e (u = e + 127); 128 for a NaN amax (u = 255, the NaN scale)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
         e = np.ceil(np.log2(amax.astype(F32) / F32(elem_max)))
-    e = np.where(amax > 0, e, -127)
-    return np.clip(e, -127, 127).astype(np.int64)
+    e = np.clip(np.where(amax > 0, e, -127), -127, 127)
+    return np.where(np.isnan(amax), 128, e).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
 from .exact import div
-from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
+from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1, E2M1_MAX, cast_e2m1, round_e2m1
 from .fp8 import E4M3, E4M3_MAX, cast_e4m3, round_e4m3
 from .tiling import expand, tile_amax
@@ -83,7 +83,7 @@ def _mx(xf, key):
     else:
         u = exponent_ct(amax, _MX_EMAX[key.dtype])
         ties = "even"
-    scaled = xf * expand(e8m0_reciprocal(u), *xf.shape)
+    scaled = divide_by_e8m0(xf, expand(u, *xf.shape))
     if not key.is_fp4:
         q = cast_e4m3(scaled)
     elif ties == "even":  # (no barrier: the pass after the amax stays one fusion, session 30)

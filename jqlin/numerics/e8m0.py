@@ -1,7 +1,11 @@
 """E8M0 (UE8M0) scales, stored as their biased exponent byte u: value = 2**(u - 127).
 
 Exponents are computed with explicit integer/log2 arithmetic: a float -> float8_e8m0fnu cast
-rounds and maps 0 to NaN, which is neither producer's rule.
+rounds and maps 0 to NaN, which is neither producer's rule. A block whose amax is NaN (it holds
+a NaN) gets the NaN scale u = 255 under both rules, as torchao's MX reference sets it: its
+values dequantize to NaN. The producers' own torch code leaves that case undefined (a NaN
+exponent cast to uint8); left to the arithmetic, it became u = 0 here and the block's values
+finite -- a NaN activation turned silently into numbers.
 """
 
 from __future__ import annotations
@@ -20,18 +24,24 @@ def e8m0_to_f32(u: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
-def e8m0_reciprocal(u: jax.Array) -> jax.Array:
-    """1 / 2**(u - 127) = 2**(127 - u), exactly.
+def divide_by_e8m0(x: jax.Array, u: jax.Array) -> jax.Array:
+    """x / 2**(u - 127) for u broadcast like x, exactly: x times 2**(127 - u).
 
-    Dividing by an e8m0 scale is done as this multiplication (identical for powers of two):
-    XLA flushes subnormals, so the scale 2**-127 of an all-zero block would read as 0 and turn
-    0 / scale into NaN, while its reciprocal 2**127 is a normal number.
+    A multiplication (identical for powers of two): XLA flushes subnormals, so the scale
+    2**-127 of an all-zero block would read as 0 and turn 0 / scale into NaN, while its
+    reciprocal 2**127 is a normal number. The one subnormal reciprocal, 2**-127 for u = 254
+    (ModelOpt's scale of a block holding inf), is applied as 2**-126 then 1/2: flushed, it
+    would make inf * 0 = NaN where the producer's torch code scales inf to inf. u = 255 (NaN
+    scale): any values (the scale makes them NaN).
     """
-    return e8m0_to_f32((254 - u.astype(jnp.int32)).astype(jnp.uint8))
+    r = e8m0_to_f32((254 - jnp.minimum(u.astype(jnp.int32), 253)).astype(jnp.uint8))
+    y = x * r
+    return jnp.where(u == 254, y * 0.5, y)
 
 
 def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
-    """compressed-tensors: u = 127 + floor(log2(p2(amax))) - emax, clipped to [0, 254].
+    """compressed-tensors: u = 127 + floor(log2(p2(amax))) - emax, clipped to [0, 254]; 255
+    for a NaN amax.
 
     p2 rounds amax's float32 mantissa to a power of two (add 1<<21 to the bits, keep sign and
     exponent), so floor(log2(p2)) is the biased exponent field minus 127.
@@ -40,12 +50,13 @@ def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
     exp_field = ((bits + jnp.uint32(1 << 21)) >> 23) & jnp.uint32(0xFF)
     # amax == 0: log2(0) = -inf, clipped to u = 0 by the producer.
     u = exp_field.astype(jnp.int32) - elem_emax
-    u = jnp.where(amax > 0, u, 0)
-    return jnp.clip(u, 0, 254).astype(jnp.uint8)
+    u = jnp.clip(jnp.where(amax > 0, u, 0), 0, 254)
+    return jnp.where(jnp.isnan(amax), 255, u).astype(jnp.uint8)
 
 
 def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
-    """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127.
+    """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127 (255
+    for a NaN amax).
 
     ceil(log2(v)) is taken from v's binary exponent (frexp) rather than a log2 call: XLA's log2
     is not exact at powers of two, where torch's is, and an off-by-one exponent doubles a scale.
@@ -55,5 +66,6 @@ def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
     v = div(a, elem_max)
     mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
     e = jnp.where(mant == 0.5, exp - 1, exp)
+    e = jnp.where(jnp.isinf(v), 127, e)  # ceil(log2(inf)) clamps to 127 (frexp says 0)
     e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)
-    return (e + 127).astype(jnp.uint8)
+    return jnp.where(jnp.isnan(amax), 255, e + 127).astype(jnp.uint8)

@@ -46,15 +46,24 @@ def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
     rows, cols = x.shape
     tr, tc = tile_shape(key, rows, cols)
     t = jnp.abs(x).reshape(rows // tr, tr, cols // tc, tc)
-    amax = jnp.max(t, axis=(1, 3))
+    # A tile holding a NaN has the NaN amax, whatever the backend's max does with NaN (XLA:CPU's
+    # vectorized max reductions pass over it at some shapes: groups of 16 of a (13, 384) array
+    # gave the finite maximum, or -inf where all were NaN): its scale is then NaN, its values
+    # dequantize to NaN, and a NaN activation reaches the output instead of a number.
+    amax = jnp.where(jnp.any(jnp.isnan(t), axis=(1, 3)), jnp.nan, jnp.max(t, axis=(1, 3)))
     axes = _SHARDED_AMAX.value
     if axes is not None:  # max is exact: the same value in any order, on any device
         rows_axis, cols_axis = axes
         g = key.granularity
         spans = ([rows_axis, cols_axis] if g is Granularity.TENSOR
                  else [cols_axis] if g in (Granularity.TOKEN, Granularity.CHANNEL) else [])
+        # on the bits: amax >= 0 (or the positive NaN, above inf), ordered as integers alike, and a
+        # NaN survives the collective (a float max across devices may drop it)
+        ftype = amax.dtype
+        bits = jax.lax.bitcast_convert_type(amax, jnp.dtype(f"int{8 * ftype.itemsize}"))
         for axis in filter(None, spans):
-            amax = jax.lax.pmax(amax, axis)
+            bits = jax.lax.pmax(bits, axis)
+        amax = jax.lax.bitcast_convert_type(bits, ftype)
     return amax
 
 

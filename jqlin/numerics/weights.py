@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from ..spec import GlobalScale, QuantKey, ScaleRule
 from .exact import div
-from .e8m0 import e8m0_reciprocal, e8m0_to_f32, exponent_ct, exponent_modelopt
+from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1_MAX, cast_e2m1, pack_e2m1, unpack_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3
 from .tiling import expand, tile_amax
@@ -90,7 +90,7 @@ def _quantize_mx(w, key):
         u = exponent_modelopt(amax, key.max_value)
     else:
         u = exponent_ct(amax, _MX_EMAX[key.dtype])
-    scaled = wf * expand(e8m0_reciprocal(u), *w.shape)
+    scaled = divide_by_e8m0(wf, expand(u, *w.shape))
     return _cast_elems(scaled, key), u
 
 

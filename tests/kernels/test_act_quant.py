@@ -42,14 +42,24 @@ CASES = [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
 def _activations(rng, m, k):
     """Rows of many magnitudes, rows of e4m3 ties (x = midpoint * s, s = c * 2**j with c in
     {1013, 2021, 4093}; the row's and every group's amax 448 * s, so the rule's scale is s),
-    a zero row; bf16 where exact (ties rows are float32)."""
+    a zero row, a NaN (M > 2); bf16 where exact (ties rows are float32)."""
     x = rng.standard_normal((m, k)) * np.exp2(rng.uniform(-20, 20, (m, 1)))
     t = m // 2
     s = rng.choice([1013.0, 2021.0, 4093.0], (t, 1)) * np.exp2(rng.integers(-30, -5, (t, 1)))
     x[:t] = oracle.e4m3_ties(rng, (t, k), s)
     x[:t, ::128] = 448 * s
     x[-1] = 0
+    if m > 2:
+        x[-2, 5] = np.nan
     return jnp.asarray(x, jnp.float32)
+
+
+def _bits_where_not_nan(a, b):
+    """(row, col) where a and b differ: one NaN and the other not, or unequal bits elsewhere
+    (a NaN's sign and payload are not part of any contract)."""
+    fa, fb = (np.isnan(np.asarray(v, np.float32)) for v in (a, b))
+    ua, ub = (np.asarray(v).view(f"u{np.asarray(v).dtype.itemsize}") for v in (a, b))
+    return np.argwhere((fa != fb) | (~fa & (ua != ub))), ua, ub
 
 
 def _weight(fmt, rule, n, k, x):
@@ -70,8 +80,7 @@ def _check(rng, fmt, rule, m, k, interpret):
         x, qw, spec, codes=codes, interpret=interpret)[:2])(x)
     (qk, sk), (qx, sx) = run("pallas"), run("xla")
     np.testing.assert_array_equal(np.asarray(sk), np.asarray(sx))
-    a, b = np.asarray(qk).view(np.uint8), np.asarray(qx).view(np.uint8)
-    bad = np.argwhere(a != b)
+    bad, a, b = _bits_where_not_nan(qk, qx)
     assert not len(bad), (f"{fmt} {rule} M={m} K={k}: {len(bad)} codes differ, e.g. (row, col, "
                           "x, kernel, rule): " + str([(i, j, float(x[i, j]), a[i, j], b[i, j])
                                                      for i, j in bad[:4]]))
@@ -153,15 +162,19 @@ def _nvfp4_weight(rule, k):
 
 def _nvfp4_activations(rng, m, k):
     """Rows of many magnitudes (2**-60 .. 2**60), rows of e2m1 ties (oracle.nvfp4_ties), a zero
-    group, +-inf, a group of 3e38 (its scale's product with a large global scale overflows)."""
+    group, +-inf, a group of 3e38 (its scale's product with a large global scale overflows), a
+    NaN in a group, a group of NaN (M > 2)."""
     x = rng.standard_normal((m, k)) * np.exp2(rng.uniform(-60, 60, (m, 1)))
     t = (m + 1) // 2
     x[:t] = oracle.nvfp4_ties(rng, t, k // 16)
     x[-1, :16] = 0
     x[-1, 16] = np.inf
+    x[-1, 100] = np.nan
     if m > 1:
         x[0, 40] = -np.inf
         x[0, 64:80] = 3e38
+    if m > 2:
+        x[1, 32:48] = np.nan
     return jnp.asarray(x, jnp.float32)
 
 
@@ -172,17 +185,21 @@ def _check_nvfp4(rng, rule, m, k, interpret, dtype=jnp.float32):
         qw = dataclasses.replace(qw, input_scale=jnp.float32(g))
         _same_operands(lambda x, operand, qw=qw: nvfp4_activation_operand(
             x, qw, spec.activation, operand=operand, interpret=interpret),
-            x, f"{rule} g={g} M={m} K={k}")
+            x, f"{rule} g={g} M={m} K={k}", 16)
 
 
-def _same_operands(operand_of, x, what):
-    """operand_of(x, operand), jitted, is bitwise the same bf16 array for "pallas" and "xla"."""
-    a, b = (np.asarray(jax.jit(lambda x, o=o: operand_of(x, o))(x)).view(np.uint16)
-            for o in ("pallas", "xla"))
-    bad = np.argwhere(a != b)
+def _same_operands(operand_of, x, what, group):
+    """operand_of(x, operand), jitted, is bitwise the same bf16 array for "pallas" and "xla"
+    (NaN at the same places; the x's NaN groups must be NaN throughout)."""
+    a, b = (np.asarray(jax.jit(lambda x, o=o: operand_of(x, o))(x)) for o in ("pallas", "xla"))
+    bad, a16, b16 = _bits_where_not_nan(a, b)
     assert not len(bad), (
         f"{what}: {len(bad)} of {a.size} differ, e.g. (row, col, x, kernel, rule): "
-        + str([(i, j, float(x[i, j]), hex(a[i, j]), hex(b[i, j])) for i, j in bad[:4]]))
+        + str([(i, j, float(x[i, j]), hex(a16[i, j]), hex(b16[i, j])) for i, j in bad[:4]]))
+    groups = np.isnan(np.asarray(x, np.float32)).reshape(x.shape[0], -1, group).any(-1)
+    np.testing.assert_array_equal(
+        np.isnan(np.asarray(b, np.float32)).reshape(groups.shape + (group,)),
+        np.broadcast_to(groups[..., None], groups.shape + (group,)), err_msg=f"{what}: NaN groups")
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason=(
@@ -281,7 +298,7 @@ def _mx_activations(rng, fmt, m, k):
     """Rows of many magnitudes (2**-60 .. 2**60); rows of rounding ties at power-of-two scales
     (each group's first element its amax: 6 * 2**j for e2m1 codes, whose ties are exact then;
     448 * 2**j for e4m3, e4m3 midpoints); a zero group, +-inf, a group of 3e38, a group at
-    2**-100."""
+    2**-100, a NaN in a group, a group of NaN (M > 2)."""
     x = rng.standard_normal((m, k)) * np.exp2(rng.uniform(-60, 60, (m, 1)))
     t, groups = (m + 1) // 2, k // 32
     j = np.exp2(rng.integers(-20, 20, (t, groups, 1)).astype(np.float64))
@@ -295,10 +312,13 @@ def _mx_activations(rng, fmt, m, k):
     x[:t] = y.reshape(t, k)
     x[-1, :32] = 0
     x[-1, 32] = np.inf
+    x[-1, 100] = np.nan
     if m > 1:
         x[0, 40] = -np.inf
         x[0, 64:96] = 3e38
         x[0, 96:128] = rng.standard_normal(32) * 2.0 ** -100
+    if m > 2:
+        x[1, :32] = np.nan
     return jnp.asarray(x, jnp.float32)
 
 
@@ -307,7 +327,7 @@ def _check_mx(rng, fmt, rule, m, k, interpret, dtype=jnp.float32):
     qw, spec = _mx_weight(fmt, rule, k)
     _same_operands(lambda x, operand: mx_activation_operand(
         x, qw, spec.activation, operand=operand, interpret=interpret), x,
-        f"{fmt} {rule} M={m} K={k}")
+        f"{fmt} {rule} M={m} K={k}", 32)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="interpret mode (see above)")
