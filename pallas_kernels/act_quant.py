@@ -269,9 +269,9 @@ def _with_sign_of(mag: jax.Array, x: jax.Array) -> jax.Array:
 def _mx_exponent(amax: jax.Array, elem: str, rule: str, *, interpret: bool) -> jax.Array:
     """The biased e8m0 exponent u (int32, 0..254; 255 for a NaN amax) of jqlin.numerics.e8m0's
     producer rules (written again: this package does not import jqlin), on the bits:
-    compressed-tensors' exponent_ct (amax's mantissa rounded to a power of two, less the element's largest
-    exponent) or ModelOpt's exponent_modelopt (ceil(log2(amax / max)) from the quotient's
-    fields; 127 for an infinite one)."""
+    compressed-tensors' exponent_ct (amax's mantissa rounded to a power of two, less the
+    element's largest exponent) or ModelOpt's exponent_modelopt (ceil(log2(amax / max)) from
+    the quotient's fields; 127 for an infinite one)."""
     if rule == "compressed-tensors":
         bits = jax.lax.bitcast_convert_type(amax, jnp.uint32)
         field = (((bits + (1 << 21)) >> 23) & 0xFF).astype(jnp.int32)
@@ -297,8 +297,8 @@ def _mx_kernel(x_ref, o_ref, *, m: int, rows: int, elem: str, rule: str, interpr
     # u <= 253 (every finite amax); u = 254 (ModelOpt, inf) takes 2**-126 then 1/2, as
     # jqlin.numerics.divide_by_e8m0 (2**-127 is subnormal: flushed, inf * 0 = NaN); a NaN
     # group's u = 255 makes its operand NaN whatever its codes
-    scaled = x * expand_groups(e8m0_to_f32(254 - jnp.minimum(u, 253)), 32)
-    scaled = jnp.where(expand_groups(u, 32) == 254, scaled * 0.5, scaled)
+    half = jnp.where(u == 254, 0.5, 1.0)  # (per group; a multiply by 1 is exact)
+    scaled = x * expand_groups(e8m0_to_f32(254 - jnp.minimum(u, 253)), 32) * expand_groups(half, 32)
     if elem == "e4m3":  # ties to even, saturating (both rules)
         q = _with_sign_of(_round_e4m3_positive(jnp.abs(scaled), interpret=interpret), scaled)
     elif rule == "compressed-tensors":  # ties to even
@@ -317,9 +317,10 @@ def mx_operand(x: jax.Array, *, elem: str, rule: str, interpret: bool = False) -
     "e4m3" (MXFP8) or "e2m1" (MXFP4) codes: ties to even, or toward zero for ModelOpt's e2m1),
     in one pass; exact in bf16 (<= 4 significant bits). Bitwise jqlin.numerics'
     quantize_activation (tests: tests/kernels/test_act_quant.py, interpret mode; a group holding
-    a NaN NaN throughout, its scale NaN) on every input but groups whose amax is below 2**-100
-    (subnormal scales and quotients, which XLA's GPU code flushes to zero). Not yet run on the GPU (session 32): the dispatcher does
-    not route to it (pallas_fp4.MX_OPERAND_KERNEL_MIN_M)."""
+    a NaN is NaN throughout, its scale NaN) on every input but groups whose amax is below
+    2**-100 (subnormal scales and quotients, which XLA's GPU code flushes to zero). Not yet run
+    on the GPU (session 32): the dispatcher does not route to it
+    (pallas_fp4.MX_OPERAND_KERNEL_MIN_M)."""
     if elem not in _MX_EMAX or rule not in MX_RULES:
         raise ValueError(f"mx_operand: elem must be one of {tuple(_MX_EMAX)} and rule one of "
                          f"{MX_RULES}, got {elem!r}, {rule!r}")
