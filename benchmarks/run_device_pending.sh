@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call for what CPU-only sessions left unverified on the GPU (sessions 32-33): the
+# activation kernels' GPU tests (NaN rows included), the activation rules and NaN propagation on
+# XLA:GPU, the W8A8 GPU tests now that the FP8 codes kernel serves every M, then the MX operand
+# kernel's time against XLA's rule and the products with it. Each stage time-boxed; logs and JSON
+# in $OUT.
+# Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order)
+#   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
+#              NVFP4 operand kernel beside this tree's (the cost of the NaN handling)
+#   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+STAGES=${1:-tests,w8a8,act,mx}
+M_LIST=${M_LIST:-1,16,64,256,4096}; K_LIST=${K_LIST:-4096,8192}
+SHAPES=${SHAPES:-4096x4096,8192x8192}
+GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.15)
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+if [[ $STAGES == *tests* ]]; then
+  timeout "${T_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf --durations=5 \
+    tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nan_activations.py \
+    > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
+  tail -15 "$OUT/pytest_act.log" | cut -c1-300
+fi
+if [[ $STAGES == *w8a8* ]]; then
+  timeout "${T_W8A8:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -m gpu -n 6 -rf \
+    tests/kernels/test_pallas_fp8.py \
+    -k "(gpu_matches_reference or batch_invariant) and (ptpc or block or per_tensor) and not a16" \
+    > "$OUT/pytest_w8a8.log" 2>&1; echo "pytest w8a8 rc=$?"
+  tail -10 "$OUT/pytest_w8a8.log" | cut -c1-300
+fi
+if [[ $STAGES == *act* ]]; then
+  if [[ -n ${OLD:-} ]]; then
+    (cd "$OLD" && timeout "${T_ACT:-60}" python3 benchmarks/probe_act_quant.py --formats nvfp4 \
+      --codes pallas --m "$M_LIST" --k "$K_LIST" --out "$OUT/act_nvfp4_pallas_old.json" \
+      > "$OUT/act_old.log" 2>&1); echo "act old rc=$?"
+  fi
+  for codes in xla pallas; do
+    timeout "${T_ACT:-60}" python3 benchmarks/probe_act_quant.py --formats nvfp4,mxfp4,mxfp8 \
+      --codes "$codes" --m "$M_LIST" --k "$K_LIST" --out "$OUT/act_$codes.json" \
+      > "$OUT/act_$codes.log" 2>&1; echo "act $codes rc=$?"
+    grep -vE "Warn|warn" "$OUT/act_$codes.log" | tail -8
+  done
+fi
+if [[ $STAGES == *mx* ]]; then
+  for act in auto pallas; do
+    timeout "${T_MX:-90}" python3 benchmarks/decode_breakdown.py --shapes "$SHAPES" --m 1,16,4096 \
+      --ops bf16,mxfp4,mxfp8 --act "$act" --out "$OUT/mx_breakdown_$act.json" \
+      > "$OUT/mx_breakdown_$act.log" 2>&1; echo "mx breakdown $act rc=$?"
+    grep -vE "Warn|warn" "$OUT/mx_breakdown_$act.log" | tail -12 | cut -c1-200
+  done
+fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
