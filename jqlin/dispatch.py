@@ -228,6 +228,9 @@ def _select(m: int, qw: QuantizedWeight, kernel: str, deterministic: bool,
                        deterministic, interpret, platform, rejected, kernel)
 
 
+_EMPTY = "no rows (M = 0): nothing runs, the output is the empty (..., N) array"
+
+
 def explain(x: Any, qw: QuantizedWeight, *, kernel: str = "auto", deterministic: bool = False,
             weight_only: bool = False) -> Explanation:
     """Which kernel `matmul` would run for these arguments, and why every other was rejected.
@@ -242,6 +245,8 @@ def explain(x: Any, qw: QuantizedWeight, *, kernel: str = "auto", deterministic:
     ex = _select(m, qw, kernel, deterministic, weight_only)
     if ex.chosen is None:
         return ex
+    if m == 0:
+        return dataclasses.replace(ex, detail={"empty_batch": _EMPTY})
     module = importlib.import_module(_REGISTRY[ex.chosen].impl.__module__)
     describe = getattr(module, "describe_config", None)
     if describe is None:
@@ -259,6 +264,8 @@ def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
     deterministic: batch-invariant results (row i bitwise independent of M and other rows).
     weight_only: explicit opt-in to run a spec that quantizes activations with floating-point
     activations instead (never chosen implicitly).
+    An empty batch (a zero in x's leading dims) gives the empty result after the same kernel
+    choice and checks, without running a kernel.
     """
     x = jnp.asarray(x)
     _check_x(x.shape, x.dtype, qw)
@@ -270,6 +277,8 @@ def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
     if ex.chosen is None:
         raise UnsupportedSpecError(
             "no kernel can run this matmul:\n" + str(ex))
+    if m == 0:  # (the kernels' tilings and the activation rules' scale grids need a row)
+        return jnp.zeros((*lead, qw.shape[0]), x.dtype)
     y = _jitted(ex.chosen)(x.reshape(m, qw.shape[1]), qw, spec=ex.spec,
                            deterministic=deterministic, interpret=ex.interpret)
     return y.reshape(*lead, qw.shape[0])

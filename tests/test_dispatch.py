@@ -183,3 +183,29 @@ def test_explain_takes_abstract_weights_for_every_kernel(fmt):
                                deterministic=det)
             assert ex.chosen == kernel
             assert ex.detail is None or ex.detail.get("path"), (kernel, ex.detail)
+
+
+@pytest.mark.parametrize("fmt", formats.names())
+def test_an_empty_batch_gives_an_empty_result(rng, fmt):
+    """M = 0 (a zero in the leading dims): the empty (..., N) result in x's dtype, eagerly and
+    under jit, from the XLA reference and every kernel that honours the format (interpret mode
+    here) -- the activation rules' scale grids once failed on it with a ZeroDivisionError --
+    while the kernel choice is checked as for any M (a kernel that cannot honour the spec still
+    raises); explain says nothing runs."""
+    static = fmt in ("fp8_per_tensor", "nvfp4")
+    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((64, 256)), jnp.float32), fmt,
+                        calibration=jnp.ones((1, 256)) if static else None)
+    kernels = [k for k in jqlin.registered_kernels()
+               if jqlin.explain((1, 256), qw, kernel=k).chosen == k]
+    for kernel in kernels:
+        for shape in ((0, 256), (2, 0, 256)):
+            x = jnp.ones(shape, jnp.bfloat16)
+            for run in (jqlin.matmul, jax.jit(jqlin.matmul, static_argnames="kernel")):
+                y = run(x, qw, kernel=kernel)
+                assert y.shape == shape[:-1] + (64,) and y.dtype == jnp.bfloat16, kernel
+        ex = jqlin.explain((0, 256), qw, kernel=kernel)
+        assert ex.chosen == kernel and "nothing runs" in str(ex)
+    others = [k for k in jqlin.registered_kernels() if k not in kernels]
+    for kernel in others:
+        with pytest.raises(jqlin.UnsupportedSpecError):
+            jqlin.matmul(jnp.ones((0, 256), jnp.bfloat16), qw, kernel=kernel)
