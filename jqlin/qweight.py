@@ -116,8 +116,15 @@ def calibrate_input_scale(act_key: QuantKey, x: jax.Array) -> jax.Array:
     fp8 static per-tensor: amax/448 (a multiplier, every producer). NVFP4 global: CT stores the
     divisor 448*6/amax (`input_global_scale`), ModelOpt the multiplier amax/(6*448).
     """
-    amax = jnp.max(jnp.abs(jnp.asarray(x, jnp.float32)))
-    amax = jnp.where(amax > 0, amax, 1.0)
+    x = jnp.asarray(x, jnp.float32)
+    if x.size == 0:
+        raise ValueError(f"calibration activations are empty (shape {x.shape}); a static "
+                         "activation scale needs at least one value")
+    amax = jnp.max(jnp.abs(x))
+    if not isinstance(amax, jax.core.Tracer) and not np.isfinite(float(amax)):
+        raise ValueError(f"calibration activations hold NaN or inf (amax {float(amax)}); a "
+                         "static activation scale needs finite calibration data")
+    amax = jnp.where(amax == 0, 1.0, amax)  # (traced: a NaN amax stays NaN, as the scale)
     if act_key.global_scale is GlobalScale.DIVISOR:
         return div(448.0 * 6.0, amax)
     if act_key.global_scale is GlobalScale.MULTIPLIER:
@@ -138,6 +145,9 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
         raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {w.shape}")
     if not jnp.issubdtype(w.dtype, jnp.floating):
         raise ValueError(f"weight must be floating point, got {w.dtype}")
+    if 0 in w.shape:
+        raise ValueError(f"weight must have at least one row and one column "
+                         f"(out_features, in_features), got shape {w.shape}")
     n, k = w.shape
     wk = spec.weight
     rows, cols = wk.storage_shape(n, k)

@@ -44,6 +44,20 @@ def test_quantize_errors_name_the_argument(rng):
         jqlin.quantize(_w(rng, 4, 32), "fp9")
     with pytest.raises(KeyError):  # also a KeyError, for dict-like callers
         jqlin.formats.get("nope")
+    for shape in ((0, 32), (4, 0)):
+        with pytest.raises(ValueError, match="at least one row and one column"):
+            jqlin.quantize(np.ones(shape, F32), "nvfp4_a16")
+    with pytest.raises(ValueError, match="calibration activations are empty"):
+        jqlin.quantize(_w(rng, 4, 32), "fp8_per_tensor", calibration=np.ones((0, 32), F32))
+    bad = np.ones((2, 32), F32)
+    bad[1, 3] = np.nan
+    for fmt in ("fp8_per_tensor", "nvfp4"):
+        with pytest.raises(ValueError, match="NaN or inf"):
+            jqlin.quantize(_w(rng, 4, 32), fmt, calibration=bad)
+    # traced (no value to check): a NaN calibration gives the NaN scale, not a made-up one
+    scale = jax.jit(lambda c: jqlin.calibrate_input_scale(
+        jqlin.formats.get("fp8_per_tensor").activation, c))(bad)
+    assert np.isnan(np.asarray(scale))
 
 
 def test_fuse_per_tensor_becomes_per_channel_losslessly(rng):
