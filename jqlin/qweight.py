@@ -148,6 +148,12 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
     if 0 in w.shape:
         raise ValueError(f"weight must have at least one row and one column "
                          f"(out_features, in_features), got shape {w.shape}")
+    if not isinstance(w, jax.core.Tracer):  # (traced: no values to check)
+        bad = int(jnp.sum(~jnp.isfinite(w)))  # (on the device: one number comes back)
+        if bad:
+            first = np.unravel_index(int(jnp.argmin(jnp.isfinite(w))), w.shape)
+            raise ValueError(f"weight holds {bad} NaN or inf value(s) (first at index "
+                             f"{tuple(int(i) for i in first)}); quantized weights are finite")
     n, k = w.shape
     wk = spec.weight
     rows, cols = wk.storage_shape(n, k)
