@@ -169,7 +169,15 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
                 "pass input_scale= or calibration= activations")
         if input_scale is None:
             input_scale = calibrate_input_scale(act, calibration)
-        input_scale = jnp.asarray(input_scale, jnp.float32).reshape(())
+        input_scale = jnp.asarray(input_scale, jnp.float32)
+        if input_scale.size != 1:
+            raise ValueError(f"input_scale must be one number (the static activation scale), "
+                             f"got shape {input_scale.shape}")
+        input_scale = input_scale.reshape(())
+        if not isinstance(input_scale, jax.core.Tracer) and not (
+                np.isfinite(float(input_scale)) and float(input_scale) > 0):
+            raise ValueError(f"input_scale must be finite and > 0 (a static activation scale), "
+                             f"got {float(input_scale)}")
     elif input_scale is not None:
         raise ValueError("input_scale given, but the spec's activations need no static scale")
     return QuantizedWeight(data, scale, gscale, input_scale, spec, (n, k))

@@ -38,6 +38,11 @@ def test_quantize_errors_name_the_argument(rng):
         jqlin.quantize(np.ones((2, 4), np.int32), "fp8_ptpc")
     with pytest.raises(ValueError, match="input_scale= or calibration="):
         jqlin.quantize(_w(rng, 4, 32), "fp8_per_tensor")
+    for bad_scale in (-1.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="input_scale must be finite and > 0"):
+            jqlin.quantize(_w(rng, 4, 32), "fp8_per_tensor", input_scale=bad_scale)
+    with pytest.raises(ValueError, match=r"input_scale must be one number .* shape \(2,\)"):
+        jqlin.quantize(_w(rng, 4, 32), "nvfp4", input_scale=[1.0, 2.0])
     with pytest.raises(ValueError, match="no static scale"):
         jqlin.quantize(_w(rng, 4, 32), "fp8_ptpc", input_scale=1.0)
     with pytest.raises(jqlin.UnknownFormatError, match="fp8_block, fp8_block_a16"):
