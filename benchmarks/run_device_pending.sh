@@ -18,7 +18,7 @@ GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *tests* ]]; then
   timeout "${T_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf --durations=5 \
-    tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nan_activations.py \
+    tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
     > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi

@@ -101,7 +101,9 @@ def split_activation(x: jax.Array) -> list[jax.Array]:
 
     Each part is x's next 8 significant bits, cut by clearing low bits. (Rounding through a
     bf16 convert and subtracting is not safe: with xla_allow_excess_precision, on by default on
-    GPU, XLA deletes the f32 -> bf16 -> f32 pair and the remainder becomes 0.)
+    GPU, XLA deletes the f32 -> bf16 -> f32 pair and the remainder becomes 0.) An infinite x is
+    (inf, 0, 0): inf - inf would make the later parts NaN, and an inf activation's row NaN
+    where x @ W gives +-inf.
     """
     count = activation_parts(x.dtype)
     if count == 1:
@@ -111,7 +113,7 @@ def split_activation(x: jax.Array) -> list[jax.Array]:
     for _ in range(count):
         head = _truncate_bf16(rest)
         parts.append(head.astype(BF16))  # exact
-        rest = rest - head  # exact: head holds rest's leading bits
+        rest = jnp.where(jnp.isinf(rest), 0.0, rest - head)  # exact: head holds the leading bits
     return parts
 
 

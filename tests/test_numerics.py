@@ -113,7 +113,7 @@ def test_nvfp4_activations_are_the_oracle_bitwise(rng, rule):
     session 30, so XLA fuses them) are the NumPy oracle's, bitwise, under jit: rows of many
     magnitudes, rows on e2m1 ties with inexact reciprocals, zero groups (the eps / 1 scale),
     inf; several global scales. A NaN activation gives the code -0 (XLA's convert) and its
-    group the NaN block step (tests/test_nan_activations.py: the NaN reaches the output)."""
+    group the NaN block step (tests/test_nonfinite_activations.py: the NaN reaches the output)."""
     import dataclasses
     from jqlin import formats
     from jqlin.numerics import quantize_activation

@@ -1,10 +1,14 @@
-"""A NaN activation reaches the output. Every rule that quantizes activations gives the scale
+"""Non-finite activations reach the output as they do in x @ W.
+
+A NaN activation reaches the output. Every rule that quantizes activations gives the scale
 tile holding a NaN (the token, the 1x128 group, the group of 16 or 32) a NaN scale, so the
 tile's values and its row's outputs are NaN; a static per-tensor scale leaves the NaN's own
 code NaN. The same through the Pallas kernels (the act_quant passes forced; interpret mode
 computes min / max the GPU's NaN-ignoring way). Before session 33 MXFP4 turned a NaN into finite
 outputs (e2m1 codes hold no NaN and the e8m0 exponent came out 0), and XLA:CPU's max reductions
-dropped NaN at some shapes ((13, 384) in groups of 16), so NVFP4 did too there.
+dropped NaN at some shapes ((13, 384) in groups of 16), so NVFP4 did too there. An inf
+activation in a float32 / float16 row of a 4-bit / MX weight-only product came out NaN across
+the row (its bf16 parts were inf, inf - inf, ...), where x @ W gives +-inf.
 """
 
 from __future__ import annotations
@@ -91,3 +95,29 @@ def test_a_nan_activation_makes_its_output_row_nan(rng, monkeypatch, fmt, kernel
     rest = np.arange(5) != 1
     assert np.isfinite(y0).all()
     np.testing.assert_array_equal(y[rest].view(np.uint32), y0[rest].view(np.uint32))
+
+
+A16 = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4", "mxfp8_a16": "pallas_mxfp8",
+       "fp8_per_channel_a16": "pallas_fp8_w8a16", "fp8_block_a16": "pallas_fp8_w8a16"}
+
+
+@pytest.mark.parametrize("fmt", sorted(A16))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, jnp.bfloat16],
+                         ids=["f32", "f16", "bf16"])
+def test_an_inf_activation_gives_the_references_infinities(rng, fmt, dtype):
+    """Weight-only: a row holding +-inf comes out +-inf where the XLA reference's does (NaN
+    where it multiplies a zero weight), through the Pallas kernel (interpret mode), in every
+    activation dtype (float32 / float16 rows reach the 4-bit kernels as exact bf16 parts)."""
+    qw = qweight.quantize(jnp.asarray(rng.standard_normal((128, 256)), jnp.float32), fmt)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    x[1, 7], x[2, 100] = np.inf, -np.inf
+    x = jnp.asarray(x, dtype)
+    ref = np.asarray(dispatch.matmul(x, qw, kernel="xla"), np.float32)
+    got = np.asarray(dispatch.matmul(x, qw, kernel=A16[fmt]), np.float32)
+    for row in (1, 2):
+        assert np.isinf(ref[row]).sum() > 64  # (the test's premise)
+        np.testing.assert_array_equal(np.isnan(got[row]), np.isnan(ref[row]))
+        inf = np.isinf(ref[row])
+        np.testing.assert_array_equal(got[row][inf], ref[row][inf])
+        assert np.isfinite(got[row][~inf & ~np.isnan(ref[row])]).all()
+    assert np.isfinite(got[0]).all()
