@@ -56,7 +56,8 @@ def test_quantize_errors_name_the_argument(rng):
         jqlin.quantize(_w(rng, 4, 32), "fp8_per_tensor", calibration=np.ones((0, 32), F32))
     bad = np.ones((2, 32), F32)
     bad[1, 3] = np.nan
-    with pytest.raises(ValueError, match=r"weight holds 1 NaN or inf value\(s\) \(first at index \(1, 3\)\)"):
+    with pytest.raises(ValueError,
+                       match=r"weight holds 1 NaN or inf value\(s\) \(first at index \(1, 3\)\)"):
         jqlin.quantize(bad, "mxfp4_a16")
     for fmt in ("fp8_per_tensor", "nvfp4"):
         with pytest.raises(ValueError, match="NaN or inf"):
