@@ -54,14 +54,14 @@ def test_quantize_errors_name_the_argument(rng):
             jqlin.quantize(np.ones(shape, F32), "nvfp4_a16")
     with pytest.raises(ValueError, match="calibration activations are empty"):
         jqlin.quantize(_w(rng, 4, 32), "fp8_per_tensor", calibration=np.ones((0, 32), F32))
-    bad = np.ones((2, 32), F32)
+    bad = np.ones((13, 384), F32)  # (a shape where XLA:CPU's max reduction drops NaN)
     bad[1, 3] = np.nan
     with pytest.raises(ValueError,
                        match=r"weight holds 1 NaN or inf value\(s\) \(first at index \(1, 3\)\)"):
         jqlin.quantize(bad, "mxfp4_a16")
     for fmt in ("fp8_per_tensor", "nvfp4"):
         with pytest.raises(ValueError, match="NaN or inf"):
-            jqlin.quantize(_w(rng, 4, 32), fmt, calibration=bad)
+            jqlin.quantize(_w(rng, 4, 384), fmt, calibration=bad)
     # traced (no value to check): a NaN calibration gives the NaN scale, not a made-up one
     scale = jax.jit(lambda c: jqlin.calibrate_input_scale(
         jqlin.formats.get("fp8_per_tensor").activation, c))(bad)

@@ -116,7 +116,11 @@ class _InputRecorder(nnx.Module):
         if isinstance(x, jax.core.Tracer):
             raise ValueError(f"calibration of {self.path}: run the calibrate function eagerly "
                              "(not under jit), so inputs can be recorded")
-        a = float(jnp.max(jnp.abs(jnp.asarray(x, jnp.float32))))
+        xf = jnp.asarray(x, jnp.float32)
+        if not bool(jnp.isfinite(xf).all()):  # (a max could pass over NaN: tile_amax)
+            raise ValueError(f"calibration of {self.path}: its inputs hold NaN or inf; a "
+                             "static activation scale needs finite calibration data")
+        a = float(jnp.max(jnp.abs(xf)))
         self.amax = a if self.amax is None else max(self.amax, a)
         return self.linear(x)
 

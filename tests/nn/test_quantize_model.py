@@ -136,3 +136,16 @@ def test_static_scales_by_calibration_and_by_name(rng):
                                 input_scales={"blocks.1.out": 0.25})
     assert float(net2.blocks[1].out.input_scale.get_value()) == 0.25
     assert len(quant_layers(net2)) == 1
+
+
+def test_calibration_inputs_holding_nan_are_an_error_naming_the_layer(rng):
+    """A NaN in a layer's calibration inputs is an error that names the layer (a max reduction
+    may pass over NaN -- XLA:CPU's does at some shapes -- and the scale would come out of the
+    finite values); the model is left untouched."""
+    net = _net(rng)
+    x_cal = np.asarray(rng.standard_normal((13, 64)), np.float32)
+    x_cal[3, 5] = np.nan
+    with pytest.raises(ValueError, match=r"calibration of blocks\.0\.attn.*NaN or inf"):
+        jqlin.quantize_model(net, [("blocks.0.*", "fp8_per_tensor")],
+                             calibrate=lambda m: m(jnp.asarray(x_cal)))
+    assert not quant_layers(net)
