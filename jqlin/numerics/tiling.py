@@ -48,7 +48,8 @@ def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
     t = jnp.abs(x).reshape(rows // tr, tr, cols // tc, tc)
     # A tile holding a NaN has the NaN amax, whatever the backend's max does with NaN (XLA:CPU's
     # vectorized max reductions pass over it at some shapes: groups of 16 of a (13, 384) array
-    # gave the finite maximum, or -inf where all were NaN): its scale is then NaN, its values
+    # gave the finite maximum, or -inf where all were NaN; openxla/xla#21461, open): its
+    # scale is then NaN, its values
     # dequantize to NaN, and a NaN activation reaches the output instead of a number.
     amax = jnp.where(jnp.any(jnp.isnan(t), axis=(1, 3)), jnp.nan, jnp.max(t, axis=(1, 3)))
     axes = _SHARDED_AMAX.value
