@@ -49,8 +49,8 @@ def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
     # A tile holding a NaN has the NaN amax, whatever the backend's max does with NaN (XLA:CPU's
     # vectorized max reductions pass over it at some shapes: groups of 16 of a (13, 384) array
     # gave the finite maximum, or -inf where all were NaN; openxla/xla#21461, open): its
-    # scale is then NaN, its values
-    # dequantize to NaN, and a NaN activation reaches the output instead of a number.
+    # scale is then NaN, its values dequantize to NaN, and a NaN activation reaches the output
+    # instead of a number.
     amax = jnp.where(jnp.any(jnp.isnan(t), axis=(1, 3)), jnp.nan, jnp.max(t, axis=(1, 3)))
     axes = _SHARDED_AMAX.value
     if axes is not None:  # max is exact: the same value in any order, on any device
