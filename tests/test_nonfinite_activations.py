@@ -85,11 +85,14 @@ def test_a_nan_activation_makes_its_output_row_nan(rng, monkeypatch, fmt, kernel
         monkeypatch.setattr(pallas_fp4, "mx_operand_path", lambda *a, **k: "pallas")
         dispatch._jitted.cache_clear()  # (the patched paths are read at trace time)
     name = KERNEL[fmt] if kernel == "pallas" else "xla"
-    x[1, 37] = np.nan
-    y = np.asarray(dispatch.matmul(jnp.asarray(x, jnp.bfloat16), qw, kernel=name), np.float32)
-    x[1, 37] = 0
-    y0 = np.asarray(dispatch.matmul(jnp.asarray(x, jnp.bfloat16), qw, kernel=name), np.float32)
-    if kernel == "pallas":
+    try:
+        x[1, 37] = np.nan
+        y = np.asarray(dispatch.matmul(jnp.asarray(x, jnp.bfloat16), qw, kernel=name),
+                       np.float32)
+        x[1, 37] = 0
+        y0 = np.asarray(dispatch.matmul(jnp.asarray(x, jnp.bfloat16), qw, kernel=name),
+                        np.float32)
+    finally:  # (no trace with the patched paths outlives the test)
         dispatch._jitted.cache_clear()
     assert np.isnan(y[1]).all(), f"{fmt} {kernel}: {np.isnan(y[1]).sum()} of 128 NaN"
     rest = np.arange(5) != 1
