@@ -62,11 +62,11 @@ def _bits_where_not_nan(a, b):
     return np.argwhere((fa != fb) | (~fa & (ua != ub))), ua, ub
 
 
-def _weight(fmt, rule, n, k, x):
+def _weight(fmt, rule, n, k):
     spec = formats.get(fmt)
     key = dataclasses.replace(spec.activation, rule=ScaleRule(rule))
     w = np.random.default_rng(3).standard_normal((n, k))
-    calib = None if key.dynamic else x
+    calib = None if key.dynamic else jnp.ones((1, k), jnp.float32)  # (replaced below)
     qw = qweight.quantize(jnp.asarray(w, jnp.float32), fmt, calibration=calib)
     if not key.dynamic:  # an input scale with an inexact reciprocal
         qw = dataclasses.replace(qw, input_scale=jnp.float32(2021.0 * 2.0 ** -12))
@@ -75,7 +75,7 @@ def _weight(fmt, rule, n, k, x):
 
 def _check(rng, fmt, rule, m, k, interpret):
     x = _activations(rng, m, k)
-    qw, spec = _weight(fmt, rule, 256, k, x)
+    qw, spec = _weight(fmt, rule, 256, k)
     run = lambda codes: jax.jit(lambda x: quantize_x(  # noqa: E731
         x, qw, spec, codes=codes, interpret=interpret)[:2])(x)
     (qk, sk), (qx, sx) = run("pallas"), run("xla")
@@ -104,10 +104,10 @@ def test_codes_kernel_rejects_bad_arguments():
         e4m3_codes(x, jnp.ones((3, 1)), interpret=True)
     with pytest.raises(ValueError, match="per-group scale"):
         e4m3_codes(x, jnp.ones((4, 3)), interpret=True)
-    qw, spec = _weight("fp8_ptpc", "vllm", 128, 256, x)
+    qw, spec = _weight("fp8_ptpc", "vllm", 128, 256)
     with pytest.raises(ValueError, match="codes must be"):
         quantize_x(x, qw, spec, codes="triton")
-    qw, spec = _weight("fp8_per_tensor", "modelopt", 128, 256, x)
+    qw, spec = _weight("fp8_per_tensor", "modelopt", 128, 256)
     with pytest.raises(ValueError, match="multiplies"):
         quantize_x(x, qw, spec, codes="pallas", interpret=True)
 
@@ -137,7 +137,7 @@ def test_codes_path_rule(monkeypatch):
     assert codes_path(4096, 4000, ptpc) == "xla"
     assert codes_path(4096, 4096, ptpc, interpret=True) == "xla"
     assert codes_path(4096, 4096, static_mo) == "xla"
-    qw, spec = _weight("fp8_ptpc", "vllm", 256, 512, jnp.ones((1, 512)))
+    qw, spec = _weight("fp8_ptpc", "vllm", 256, 512)
     assert "Pallas" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
                                        False)["activation_codes"]
     monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "cpu")
