@@ -150,8 +150,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, quantize: str | N
                     continue
                 if name in quantize_set:
                     module = split_name(name)[0]
-                    qw = quantize_weight(jnp.asarray(store.read(name)), spec,
-                                         input_scale=static.get(module))
+                    try:
+                        qw = quantize_weight(jnp.asarray(store.read(name)), spec,
+                                             input_scale=static.get(module))
+                    except ValueError as e:  # (e.g. a NaN weight: name the tensor)
+                        raise CheckpointError(f"{store.info(name).where}: {e}") from None
                     _write_layer(writer, module, qw, entries)
                 else:
                     writer.write(name, store.read(name))

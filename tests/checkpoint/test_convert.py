@@ -220,3 +220,18 @@ def test_native_metadata_errors(tmp_path, fixtures_dir):
     meta_path.unlink()
     with pytest.raises(jqlin.CheckpointError, match=native.METADATA_FILE):
         jqlin.load_checkpoint(dst)
+
+
+def test_quantize_names_a_weight_holding_nan(tmp_path, rng):
+    """A NaN in a bf16 weight being quantized is a CheckpointError naming the tensor, and
+    nothing is written."""
+    target = f"{cb.MLP}.up_proj"
+
+    def prod(m, w):
+        if m == target:
+            w[3, 5] = np.nan
+    cb.build(tmp_path / "bf16", rng, prod)
+    with pytest.raises(jqlin.CheckpointError,
+                       match=rf"tensor '{target}\.weight': weight holds 1 NaN or inf"):
+        convert(tmp_path / "bf16", tmp_path / "q", quantize="fp8_ptpc", progress=False)
+    assert not (tmp_path / "q").exists()
