@@ -114,7 +114,8 @@ def calibrate_input_scale(act_key: QuantKey, x: jax.Array) -> jax.Array:
     """Static activation scale from calibration activations, in the key's rule and direction.
 
     fp8 static per-tensor: amax/448 (a multiplier, every producer). NVFP4 global: CT stores the
-    divisor 448*6/amax (`input_global_scale`), ModelOpt the multiplier amax/(6*448).
+    divisor 448*6/amax (`input_global_scale`), ModelOpt the multiplier amax/(6*448). Empty x,
+    or (values known, not traced) x holding NaN / inf, raise ValueError.
     """
     x = jnp.asarray(x, jnp.float32)
     if x.size == 0:
