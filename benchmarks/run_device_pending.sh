@@ -6,7 +6,7 @@
 # in $OUT.
 # Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
-#              NVFP4 operand kernel beside this tree's (the cost of the NaN handling)
+#              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -31,12 +31,14 @@ if [[ $STAGES == *w8a8* ]]; then
 fi
 if [[ $STAGES == *act* ]]; then
   if [[ -n ${OLD:-} ]]; then
-    (cd "$OLD" && timeout "${T_ACT:-60}" python3 benchmarks/probe_act_quant.py --formats nvfp4 \
-      --codes pallas --m "$M_LIST" --k "$K_LIST" --out "$OUT/act_nvfp4_pallas_old.json" \
+    (cd "$OLD" && timeout "${T_ACT:-60}" python3 benchmarks/probe_act_quant.py \
+      --formats nvfp4,fp8_ptpc --codes pallas --m "$M_LIST" --k "$K_LIST" \
+      --out "$OUT/act_pallas_old.json" \
       > "$OUT/act_old.log" 2>&1); echo "act old rc=$?"
   fi
   for codes in xla pallas; do
-    timeout "${T_ACT:-60}" python3 benchmarks/probe_act_quant.py --formats nvfp4,mxfp4,mxfp8 \
+    timeout "${T_ACT:-80}" python3 benchmarks/probe_act_quant.py \
+      --formats nvfp4,fp8_ptpc,mxfp4,mxfp8 \
       --codes "$codes" --m "$M_LIST" --k "$K_LIST" --out "$OUT/act_$codes.json" \
       > "$OUT/act_$codes.log" 2>&1; echo "act $codes rc=$?"
     grep -vE "Warn|warn" "$OUT/act_$codes.log" | tail -8
