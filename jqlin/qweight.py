@@ -22,6 +22,7 @@ import numpy as np
 from . import formats
 from .numerics import dequantize_weight, quantize_weight
 from .numerics.exact import div
+from .numerics.tiling import abs_max
 from .spec import GlobalScale, Granularity, QuantKey, QuantSpec
 
 __all__ = ["QuantizedWeight", "quantize", "fuse", "calibrate_input_scale"]
@@ -121,8 +122,7 @@ def calibrate_input_scale(act_key: QuantKey, x: jax.Array) -> jax.Array:
     if x.size == 0:
         raise ValueError(f"calibration activations are empty (shape {x.shape}); a static "
                          "activation scale needs at least one value")
-    # (a NaN flag beside the max: XLA:CPU's max reductions may pass over NaN, see tile_amax)
-    amax = jnp.where(jnp.any(jnp.isnan(x)), jnp.nan, jnp.max(jnp.abs(x)))
+    amax = abs_max(x)
     if not isinstance(amax, jax.core.Tracer) and not np.isfinite(float(amax)):
         raise ValueError(f"calibration activations hold NaN or inf (amax {float(amax)}); a "
                          "static activation scale needs finite calibration data")

@@ -81,10 +81,14 @@ def _fmin(a, b, *, interpret: bool) -> jax.Array:
     return jnp.fmin(a, b) if interpret else jnp.minimum(a, b)
 
 
+def _clip(v: jax.Array, bound: float, *, interpret: bool) -> jax.Array:
+    """v clipped to +-bound as the GPU computes it: a NaN becomes -bound."""
+    return _fmin(_fmax(v, -bound, interpret=interpret), bound, interpret=interpret)
+
+
 def _clip_keeping_nan(v: jax.Array, bound: float, *, interpret: bool) -> jax.Array:
-    """v clipped to +-bound, NaN kept NaN (the GPU's clip would make it -bound)."""
-    c = _fmin(_fmax(v, -bound, interpret=interpret), bound, interpret=interpret)
-    return jnp.where(v != v, v, c)
+    """v clipped to +-bound, NaN kept NaN."""
+    return jnp.where(v != v, v, _clip(v, bound, interpret=interpret))
 
 
 def _group_amax(x: jax.Array, group: int) -> jax.Array:
@@ -207,7 +211,7 @@ def _round_e4m3_positive(v: jax.Array, *, interpret: bool) -> jax.Array:
 def _round_e2m1(v: jax.Array, *, interpret: bool) -> jax.Array:
     """float32 values of e2m1(v), ties to even, saturating at +-6: whole steps of 0.5 below 2,
     1 below 4, 2 above (scaling by the step is exact: powers of two)."""
-    c = _fmin(_fmax(v, -_E2M1_MAX, interpret=interpret), _E2M1_MAX, interpret=interpret)
+    c = _clip(v, _E2M1_MAX, interpret=interpret)
     mag = jnp.abs(c)
     step = jnp.where(mag < 2.0, 0.5, jnp.where(mag < 4.0, 1.0, 2.0))
     inv = jnp.where(mag < 2.0, 2.0, jnp.where(mag < 4.0, 1.0, 0.5))

@@ -10,6 +10,7 @@ Layers matching no rule are left alone.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ..dispatch import Explanation
+from ..numerics.tiling import abs_max
 from ..spec import QuantSpec
 from .dense import QuantDense, _spec
 from .fused import FusedLinear
@@ -116,11 +118,10 @@ class _InputRecorder(nnx.Module):
         if isinstance(x, jax.core.Tracer):
             raise ValueError(f"calibration of {self.path}: run the calibrate function eagerly "
                              "(not under jit), so inputs can be recorded")
-        xf = jnp.asarray(x, jnp.float32)
-        if not bool(jnp.isfinite(xf).all()):  # (a max could pass over NaN: tile_amax)
+        a = float(abs_max(jnp.asarray(x, jnp.float32)))
+        if not math.isfinite(a):
             raise ValueError(f"calibration of {self.path}: its inputs hold NaN or inf; a "
                              "static activation scale needs finite calibration data")
-        a = float(jnp.max(jnp.abs(xf)))
         self.amax = a if self.amax is None else max(self.amax, a)
         return self.linear(x)
 

@@ -41,17 +41,22 @@ def tile_shape(key: QuantKey, rows: int, cols: int) -> tuple[int, int]:
     return 1, key.group_size
 
 
+def abs_max(x: jax.Array, axis=None) -> jax.Array:
+    """max |x| over `axis`, NaN wherever the values reduced hold a NaN -- whatever the
+    backend's max does with NaN: XLA:CPU's vectorized max reductions pass over it at some
+    shapes (groups of 16 of a (13, 384) array gave the finite maximum, or -inf where all were
+    NaN; a whole (13, 384) array's max gave 1.0; openxla/xla#21461, open)."""
+    t = jnp.abs(x)
+    return jnp.where(jnp.any(jnp.isnan(t), axis=axis), jnp.nan, jnp.max(t, axis=axis))
+
+
 def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
     """max |x| per tile; x is (rows, cols) padded to whole tiles. Returns the scale grid."""
     rows, cols = x.shape
     tr, tc = tile_shape(key, rows, cols)
-    t = jnp.abs(x).reshape(rows // tr, tr, cols // tc, tc)
-    # A tile holding a NaN has the NaN amax, whatever the backend's max does with NaN (XLA:CPU's
-    # vectorized max reductions pass over it at some shapes: groups of 16 of a (13, 384) array
-    # gave the finite maximum, or -inf where all were NaN; openxla/xla#21461, open): its
-    # scale is then NaN, its values dequantize to NaN, and a NaN activation reaches the output
-    # instead of a number.
-    amax = jnp.where(jnp.any(jnp.isnan(t), axis=(1, 3)), jnp.nan, jnp.max(t, axis=(1, 3)))
+    # a tile holding a NaN: its scale is NaN, its values dequantize to NaN, and a NaN activation
+    # reaches the output instead of a number
+    amax = abs_max(x.reshape(rows // tr, tr, cols // tc, tc), axis=(1, 3))
     axes = _SHARDED_AMAX.value
     if axes is not None:  # max is exact: the same value in any order, on any device
         rows_axis, cols_axis = axes

@@ -15,7 +15,7 @@ from .exact import div
 from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1_MAX, cast_e2m1, pack_e2m1, unpack_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3
-from .tiling import expand, tile_amax
+from .tiling import abs_max, expand, tile_amax
 
 F32 = jnp.float32
 _MX_EMAX = {"float8_e4m3fn": 8, "float4_e2m1fn": 2}
@@ -96,7 +96,7 @@ def _quantize_mx(w, key):
 
 def _quantize_nvfp4(w, key):
     wf = w.astype(F32)
-    amax_t = jnp.max(jnp.abs(wf))
+    amax_t = abs_max(wf)
     amax_b = tile_amax(wf, key)
     if key.global_scale is GlobalScale.DIVISOR:  # compressed-tensors
         g = jnp.where(amax_t > 0, div(E4M3_MAX * E2M1_MAX, amax_t), 1.0).astype(F32)

@@ -167,15 +167,21 @@ def _nvfp4_activations(rng, m, k):
     x = rng.standard_normal((m, k)) * np.exp2(rng.uniform(-60, 60, (m, 1)))
     t = (m + 1) // 2
     x[:t] = oracle.nvfp4_ties(rng, t, k // 16)
-    x[-1, :16] = 0
-    x[-1, 16] = np.inf
+    return jnp.asarray(_special_groups(x, 16), jnp.float32)
+
+
+def _special_groups(x, group):
+    """x (float64, K >= 128) with, in groups of `group` along K: a zero group, +-inf, a NaN
+    (last row); a group of 3e38 (first row, M > 1); a group of NaN (second row, M > 2)."""
+    x[-1, :group] = 0
+    x[-1, group] = np.inf
     x[-1, 100] = np.nan
-    if m > 1:
+    if len(x) > 1:
         x[0, 40] = -np.inf
-        x[0, 64:80] = 3e38
-    if m > 2:
-        x[1, 32:48] = np.nan
-    return jnp.asarray(x, jnp.float32)
+        x[0, 64:64 + group] = 3e38
+    if len(x) > 2:
+        x[1, 32:32 + group] = np.nan
+    return x
 
 
 def _check_nvfp4(rng, rule, m, k, interpret, dtype=jnp.float32):
@@ -310,15 +316,9 @@ def _mx_activations(rng, fmt, m, k):
         y = oracle.e4m3_ties(rng, (t, groups, 32), j)
         y[:, :, 0] = 448 * j[:, :, 0]
     x[:t] = y.reshape(t, k)
-    x[-1, :32] = 0
-    x[-1, 32] = np.inf
-    x[-1, 100] = np.nan
+    x = _special_groups(x, 32)
     if m > 1:
-        x[0, 40] = -np.inf
-        x[0, 64:96] = 3e38
         x[0, 96:128] = rng.standard_normal(32) * 2.0 ** -100
-    if m > 2:
-        x[1, :32] = np.nan
     return jnp.asarray(x, jnp.float32)
 
 
