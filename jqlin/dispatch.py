@@ -14,6 +14,8 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from . import formats
 from .errors import UnsupportedSpecError
@@ -96,6 +98,7 @@ class Kernel:
         return "; ".join(dict.fromkeys(reasons)) or "declares no spec"
 
 
+X_DTYPES = tuple(jnp.dtype(t) for t in (jnp.bfloat16, jnp.float16, jnp.float32))
 ANY_ACTIVATION = object()  # activation pattern: any activation key, or none
 _REGISTRY: dict[str, Kernel] = {}
 
@@ -180,16 +183,22 @@ class Explanation:
 def _check_x(x_shape: Sequence[int], x_dtype, qw: QuantizedWeight) -> None:
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"qw must be a jqlin.QuantizedWeight, got {type(qw).__name__}")
+    qw.check("qw")
     if len(x_shape) < 1 or x_shape[-1] != qw.shape[1]:
         raise ValueError(f"x has shape {tuple(x_shape)}; expected (..., {qw.shape[1]}) "
                          f"to match the weight's in_features K={qw.shape[1]}")
-    if not jnp.issubdtype(x_dtype, jnp.floating):
-        raise ValueError(f"x must be floating point (bf16/f16/f32), got {x_dtype}")
+    if jnp.dtype(x_dtype) not in X_DTYPES:
+        # (float64 would be computed in float32, fp8 outputs would overflow to NaN: say so)
+        raise ValueError(f"x must be bfloat16, float16 or float32 (the output has x's dtype), "
+                         f"got {jnp.dtype(x_dtype)}; cast it first")
 
 
 def _select(m: int, qw: QuantizedWeight, kernel: str, deterministic: bool,
             weight_only: bool) -> Explanation:
     _load_builtin_kernels()
+    for arg, value in (("deterministic", deterministic), ("weight_only", weight_only)):
+        if not isinstance(value, (bool, np.bool_)):  # ("no" would be true)
+            raise TypeError(f"{arg} must be True or False, got {value!r}")
     spec = qw.spec.without_activation() if weight_only else qw.spec
     platform, cc = current_platform()
     rejected: dict[str, str] = {}
@@ -279,6 +288,45 @@ def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
             "no kernel can run this matmul:\n" + str(ex))
     if m == 0:  # (the kernels' tilings and the activation rules' scale grids need a row)
         return jnp.zeros((*lead, qw.shape[0]), x.dtype)
-    y = _jitted(ex.chosen)(x.reshape(m, qw.shape[1]), qw, spec=ex.spec,
-                           deterministic=deterministic, interpret=ex.interpret)
-    return y.reshape(*lead, qw.shape[0])
+    run = _differentiable(ex.chosen, ex.spec, deterministic, ex.interpret)
+    return run(x.reshape(m, qw.shape[1]), qw).reshape(*lead, qw.shape[0])
+
+
+@functools.cache
+def _differentiable(name: str, spec: QuantSpec, deterministic: bool,
+                    interpret: bool) -> Callable[[jax.Array, QuantizedWeight], jax.Array]:
+    """The kernel call with one derivative for every kernel: with respect to x, that of
+    x @ W.T with W the stored weight dequantized (exact for weight-only specs; through
+    quantized activations the straight-through estimator, as quantization-aware training
+    uses), computed in float32. Kernels themselves have no derivative (Pallas calls have none,
+    bit tricks differentiate to zero), and the XLA rules' own would be that of rounding.
+    The weight is a constant: differentiating with respect to it is an error."""
+    kernel = functools.partial(_jitted(name), spec=spec, deterministic=deterministic,
+                               interpret=interpret)
+
+    def call(x2: jax.Array, qw: QuantizedWeight) -> jax.Array:
+        # kernels are written for 32-bit index arithmetic (Python ints become int64 under
+        # jax_enable_x64, which Pallas grids and lax.div refuse); no operand is 64-bit
+        with jax.enable_x64(False):
+            return kernel(x2, qw)
+
+    @jax.custom_jvp
+    def run(x2: jax.Array, qw: QuantizedWeight) -> jax.Array:
+        return call(x2, qw)
+
+    def jvp(primals, tangents):
+        (x2, qw), (dx, dqw) = primals, tangents
+        if any(not isinstance(t, SymbolicZero) for t in jax.tree.leaves(dqw)):
+            raise ValueError(
+                "jqlin.matmul has no derivative with respect to the quantized weight (its codes "
+                "and scales are constants); differentiate with respect to x only, e.g. keep the "
+                "QuantizedWeight out of the differentiated arguments")
+        y = call(x2, qw)
+        if isinstance(dx, SymbolicZero):
+            return y, jnp.zeros_like(y)
+        w = qw.dequantize()  # float32 (N, K)
+        dy = jnp.dot(dx.astype(jnp.float32), w.T, precision=jax.lax.Precision.HIGHEST)
+        return y, dy.astype(y.dtype)
+
+    run.defjvp(jvp, symbolic_zeros=True)
+    return run

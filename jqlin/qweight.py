@@ -12,6 +12,7 @@ keeps each part's rows as one (start, length) segment, and outputs are gathered 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Sequence
 
@@ -31,7 +32,7 @@ Segments = tuple[tuple[int, int], ...]
 
 
 @jax.tree_util.register_pytree_node_class
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # (arrays have no truth value: identity equality)
 class QuantizedWeight:
     data: jax.Array  # e4m3 (Ns, Ks) or packed e2m1 uint8 (Ns, Ks/2)
     scale: jax.Array  # scale grid of spec.weight over the stored (Ns, Ks)
@@ -78,6 +79,24 @@ class QuantizedWeight:
             return y if y.shape[-1] == n else y[..., :n]
         return jnp.concatenate([y[..., s:s + n] for s, n in self.row_segments], axis=-1)
 
+    def check(self, name: str = "qw") -> None:
+        """Raise ValueError if the arrays do not hold what spec, shape and segments say.
+
+        The numerics trust shapes and dtypes (a scale grid that merely divides the storage
+        broadcasts; e8m0 exponents are read as bytes), so a hand-built or restored weight is
+        checked once per (spec, shape, arrays' shapes and dtypes) before any kernel runs."""
+        if not isinstance(self.spec, QuantSpec):
+            raise ValueError(f"{name}: spec must be a QuantSpec, got {type(self.spec).__name__}")
+        args = (self.spec, self.shape, self.segments, self.layout,
+                *(_shape_dtype(a) for a in (self.data, self.scale, self.global_scale,
+                                            self.input_scale)))
+        try:
+            why = _layout_problem(*args)
+        except TypeError:  # unhashable aux data (a list shape): check it uncached
+            why = _layout_problem.__wrapped__(*args)
+        if why:
+            raise ValueError(f"{name}: {why}")
+
     @property
     def nbytes(self) -> int:
         return sum(int(np.prod(a.shape)) * a.dtype.itemsize
@@ -99,8 +118,108 @@ class QuantizedWeight:
 
     def __repr__(self) -> str:
         name = formats.name_of(self.spec) or self.spec.describe()
+        arrays = all(hasattr(a, "shape") and hasattr(a, "dtype") for a in (self.data, self.scale))
+        if not arrays or len(self.data.shape) != 2:
+            # (tree.map(jnp.shape, ...) puts other leaves here; vmap / scan stack weights)
+            show = [(a.dtype, tuple(a.shape)) if arrays else a for a in (self.data, self.scale)]
+            return f"QuantizedWeight({name}, shape={self.shape}, data={show[0]}, scale={show[1]})"
         return (f"QuantizedWeight({name}, shape={self.shape}, storage={self.storage_shape}, "
                 f"data={self.data.dtype}, scale={self.scale.dtype}{list(self.scale.shape)})")
+
+
+# spec dtype -> the array dtype held in memory: e2m1 codes packed two per byte, e8m0 exponents
+# as their raw bytes (what every kernel and the reference read)
+STORED_DATA = {"float4_e2m1fn": np.dtype(np.uint8), "float8_e4m3fn": jnp.dtype(jnp.float8_e4m3fn)}
+STORED_SCALE = {"float32": np.dtype(np.float32), "float8_e4m3fn": jnp.dtype(jnp.float8_e4m3fn),
+                "float8_e8m0fnu": np.dtype(np.uint8)}
+
+
+def _shape_dtype(a) -> tuple | None:
+    if a is None:
+        return None
+    if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+        return ("not an array", type(a).__name__)
+    return tuple(a.shape), jnp.dtype(a.dtype)
+
+
+def _storage_shape(spec: QuantSpec, n: int, k: int) -> tuple[int, int]:
+    """(rows, K) a logical (n, k) weight occupies: whole blocks / groups, and K padded to the
+    tiles every operand of the spec shares (what `quantize` and the converter store)."""
+    rows, cols = spec.weight.storage_shape(n, k)
+    return rows, max(cols, _round_up(k, spec.k_align))
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout_problem(spec, shape, segments, layout, data, scale, gscale, iscale) -> str | None:
+    wk = spec.weight
+    if not (isinstance(shape, tuple) and len(shape) == 2
+            and all(isinstance(v, (int, np.integer)) and v > 0 for v in shape)):
+        return f"shape must be a tuple of two positive ints (out_features, in_features), got {shape!r}"
+    if layout != "nk":
+        return f"layout must be 'nk' (the stored (N, K) weight), got {layout!r}"
+    for role, got in (("data", data), ("scale", scale)):
+        if got is None or got[0] == "not an array":
+            return f"{role} must be an array, got {got[1] if got else None}"
+    (dshape, ddtype), (sshape, sdtype) = data, scale
+    want = STORED_DATA[wk.dtype]
+    if ddtype != want:
+        how = " (e2m1 codes packed two per byte)" if wk.is_fp4 else ""
+        return f"data has dtype {ddtype}; a {wk.dtype} weight is stored as {want}{how}"
+    if len(dshape) != 2:
+        return f"data must be 2-D (stored rows, stored K), got shape {dshape}"
+    rows, cols = dshape[0], dshape[1] * (2 if wk.is_fp4 else 1)
+    n, k = shape
+    want_rows, want_cols = _storage_shape(spec, n, k)
+    if cols != want_cols:
+        return (f"data holds {cols} stored columns; a weight of in_features K={k} in this format "
+                f"is stored with {want_cols} (K padded to whole groups / blocks)")
+    if segments:
+        why = _segments_problem(segments, n, rows)
+        if why:
+            return why
+    elif rows != want_rows:
+        return (f"data holds {rows} stored rows; a weight of out_features N={n} in this format is "
+                f"stored with {want_rows} (without row segments)")
+    grid = wk.scale_grid(rows, cols)
+    if sshape != grid:
+        return (f"scale has shape {sshape}; {wk.describe()} over the stored {(rows, cols)} "
+                f"weight needs the scale grid {grid}")
+    want = STORED_SCALE[wk.scale_dtype]
+    if sdtype != want:
+        how = " (e8m0 exponents as their raw bytes)" if wk.scale_dtype == "float8_e8m0fnu" else ""
+        return f"scale has dtype {sdtype}; {wk.scale_dtype} scales are stored as {want}{how}"
+    if (wk.global_scale is None) != (gscale is None):
+        return ("global_scale must be None for this spec" if gscale is not None else
+                "global_scale is missing (the spec's weight has a second-level global scale)")
+    if gscale is not None and (gscale[0] not in ((), (rows,)) or gscale[1] != np.float32):
+        return (f"global_scale must be float32 of shape () or ({rows},) (one per stored row), "
+                f"got {gscale[1]} {gscale[0]}")
+    act = spec.activation
+    static = act is not None and (not act.dynamic or act.global_scale is not None)
+    if static != (iscale is not None):
+        return ("input_scale is missing (the spec's activations use a static scale)" if static
+                else "input_scale must be None (the spec's activations need no static scale)")
+    if iscale is not None and (iscale[0] != () or iscale[1] != np.float32):
+        return f"input_scale must be one float32 number (shape ()), got {iscale[1]} {iscale[0]}"
+    return None
+
+
+def _segments_problem(segments, n: int, rows: int) -> str | None:
+    end = 0
+    for seg in segments:
+        if not (isinstance(seg, tuple) and len(seg) == 2
+                and all(isinstance(v, (int, np.integer)) for v in seg)):
+            return f"segments must be (start, length) pairs of ints, got {segments!r}"
+        s, m = seg
+        if s < end or m < 1:
+            return (f"segments must be ascending, non-overlapping (start, length) pairs with "
+                    f"length >= 1, got {segments!r}")
+        end = s + m
+    if end > rows:
+        return f"segments {segments!r} reach row {end}, but data holds {rows} stored rows"
+    if sum(m for _, m in segments) != n:
+        return f"segments {segments!r} hold {sum(m for _, m in segments)} rows, not N={n}"
+    return None
 
 
 def _as_spec(spec_or_name: QuantSpec | str) -> QuantSpec:
@@ -158,8 +277,7 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
                              f"{tuple(int(i) for i in first)}); quantized weights are finite")
     n, k = w.shape
     wk = spec.weight
-    rows, cols = wk.storage_shape(n, k)
-    cols = max(cols, _round_up(k, spec.k_align))
+    rows, cols = _storage_shape(spec, n, k)
     wp = jnp.pad(w, ((0, rows - n), (0, cols - k)))
     data, scale, gscale = quantize_weight(wp, wk)
     act = spec.activation
@@ -220,8 +338,7 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
     spec = first.spec
     scales = [p.scale for p in parts]
     if wk.granularity in (Granularity.TENSOR, Granularity.CHANNEL):
-        if wk.granularity is Granularity.TENSOR and all(
-                bool(jnp.array_equal(p.scale, first.scale)) for p in parts):
+        if wk.granularity is Granularity.TENSOR and _all_equal([p.scale for p in parts]):
             scales = [first.scale]
         else:
             scales = [jnp.broadcast_to(p.scale, (p.storage_shape[0], 1)) for p in parts]
@@ -233,7 +350,7 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
     gscale = None
     if first.global_scale is not None:
         gs = [jnp.asarray(p.global_scale, jnp.float32) for p in parts]
-        if all(g.ndim == 0 for g in gs) and all(bool(jnp.array_equal(g, gs[0])) for g in gs):
+        if all(g.ndim == 0 for g in gs) and _all_equal(gs):
             gscale = gs[0]
         else:
             gscale = jnp.concatenate([jnp.broadcast_to(g, (p.storage_shape[0],))
@@ -242,12 +359,11 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
     iscale = None
     if first.input_scale is not None:
         vals = [jnp.asarray(p.input_scale, jnp.float32) for p in parts]
-        if not all(bool(jnp.array_equal(v, vals[0])) for v in vals):
-            warnings.warn(
-                "fuse: static input scales of the fused parts differ "
-                f"({[float(v) for v in vals]}); one value is needed, taking the widest range "
-                "(the largest multiplier or the smallest divisor)",
-                stacklevel=2)
+        same = _all_equal(vals)
+        if same is None:  # traced: the same warning, when the values are known
+            jax.debug.callback(_warn_if_input_scales_differ, jnp.stack(vals))
+        elif not same:
+            _warn_if_input_scales_differ(np.stack([np.asarray(v) for v in vals]))
         reduce = jnp.min if spec.activation.global_scale is GlobalScale.DIVISOR else jnp.max
         iscale = reduce(jnp.stack(vals))  # the widest activation range in either convention
 
@@ -263,6 +379,24 @@ def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
     if segs == ((0, n_total),):
         segs = ()
     return QuantizedWeight(data, scale, gscale, iscale, spec, (n_total, first.shape[1]), segs)
+
+
+def _all_equal(arrays: Sequence[jax.Array]) -> bool | None:
+    """Whether the arrays hold equal values; None under a trace (values unknown): the
+    callers then keep every part's own value, which is lossless."""
+    if any(isinstance(a, jax.core.Tracer) for a in arrays):
+        return None
+    return all(bool(jnp.array_equal(a, arrays[0])) for a in arrays)
+
+
+def _warn_if_input_scales_differ(vals) -> None:
+    vals = np.asarray(vals)
+    if not (vals == vals[0]).all():
+        warnings.warn(
+            "fuse: static input scales of the fused parts differ "
+            f"({[float(v) for v in vals]}); one value is needed, taking the widest range "
+            "(the largest multiplier or the smallest divisor)",
+            stacklevel=3)
 
 
 def _spec_modulo_tensor(spec: QuantSpec) -> QuantSpec:

@@ -1,5 +1,7 @@
 """The dispatcher: choices, explanations and every error path."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,7 +87,7 @@ def test_unknown_kernel_and_bad_x(rng):
         jqlin.matmul(np.ones((1, 64), F32), qw, kernel="nope")
     with pytest.raises(ValueError, match=r"x has shape \(2, 63\).*K=64"):
         jqlin.matmul(np.ones((2, 63), F32), qw)
-    with pytest.raises(ValueError, match="floating point"):
+    with pytest.raises(ValueError, match="x must be bfloat16, float16 or float32"):
         jqlin.matmul(np.ones((2, 64), np.int32), qw)
     with pytest.raises(TypeError, match="QuantizedWeight"):
         jqlin.matmul(np.ones((2, 64), F32), np.ones((4, 64)))
@@ -134,22 +136,102 @@ def test_quantkey_and_spec_validation():
     assert jqlin.formats.name_of(spec) == "nvfp4"
 
 
-@pytest.mark.parametrize("fmt,kernel,field,bad,message", [
-    ("fp8_per_channel_a16", "pallas_fp8_w8a16", "scale", "bfloat16",
-     "needs float32 weight scales for float32, got bfloat16"),
-    ("nvfp4_a16", "pallas_nvfp4", "data", "int8",
-     "needs uint8 weight data for float4_e2m1fn, got int8"),
-    ("mxfp8_a16", "pallas_mxfp8", "scale", "float32",
-     "needs uint8 weight scales for float8_e8m0fnu, got float32"),
-])
-def test_pallas_kernels_name_a_wrongly_stored_weight(rng, fmt, kernel, field, bad, message):
+def _replaced(qw, **changes):
     import dataclasses
-    import jax.numpy as jnp
-    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((64, 128)), jnp.float32), fmt)
-    wrong = dataclasses.replace(qw, **{field: getattr(qw, field).astype(bad)})
+    return dataclasses.replace(qw, **changes)
+
+
+_BAD_WEIGHTS = {  # name: (format, change of a good weight, words of the error)
+    "channel scale transposed": ("fp8_per_channel_a16", lambda q: {"scale": q.scale.T},
+                                 "scale has shape (1, 64)"),
+    "channel scale half the rows": ("fp8_per_channel_a16", lambda q: {"scale": q.scale[:32]},
+                                    "needs the scale grid (64, 1)"),
+    "channel scale 1-D": ("fp8_per_channel_a16", lambda q: {"scale": q.scale[:, 0]},
+                          "scale has shape (64,)"),
+    "scale bf16": ("fp8_per_channel_a16", lambda q: {"scale": q.scale.astype(jnp.bfloat16)},
+                   "scale has dtype bfloat16"),
+    "data not codes": ("fp8_per_channel_a16", lambda q: {"data": q.data.astype(jnp.float32)},
+                       "data has dtype float32; a float8_e4m3fn weight is stored as float8_e4m3fn"),
+    "data e5m2": ("fp8_per_channel_a16", lambda q: {"data": q.data.astype(jnp.float8_e5m2)},
+                  "data has dtype float8_e5m2"),
+    "data half the columns": ("fp8_per_channel_a16", lambda q: {"data": q.data[:, :64]},
+                              "data holds 64 stored columns"),
+    "data twice the rows": ("fp8_per_channel_a16",
+                            lambda q: {"data": jnp.concatenate([q.data, q.data])},
+                            "data holds 128 stored rows"),
+    "logical N beyond the data": ("fp8_per_channel_a16", lambda q: {"shape": (72, 128)},
+                                  "stored with 72"),
+    "layout kn": ("fp8_per_channel_a16", lambda q: {"layout": "kn"}, "layout must be 'nk'"),
+    "overlapping segments": ("fp8_per_channel_a16", lambda q: {"segments": ((0, 32), (0, 32))},
+                             "non-overlapping"),
+    "segments past the data": ("fp8_per_channel_a16", lambda q: {"segments": ((0, 32), (40, 32))},
+                               "reach row 72"),
+    "spec of another granularity": ("fp8_per_channel_a16",
+                                    lambda q: {"spec": jqlin.formats.get("fp8_block_a16")},
+                                    "data holds 64 stored rows"),
+    "nvfp4 unpacked codes": ("nvfp4_a16",
+                             lambda q: {"data": jnp.zeros((64, 128), jnp.float4_e2m1fn)},
+                             "stored as uint8 (e2m1 codes packed two per byte)"),
+    "nvfp4 int8 codes": ("nvfp4_a16", lambda q: {"data": q.data.astype(jnp.int8)},
+                         "data has dtype int8"),
+    "nvfp4 no global": ("nvfp4_a16", lambda q: {"global_scale": None}, "global_scale is missing"),
+    "nvfp4 global of 2": ("nvfp4_a16", lambda q: {"global_scale": jnp.ones((2,), jnp.float32)},
+                          "global_scale must be float32 of shape () or (64,)"),
+    "nvfp4 scale f32": ("nvfp4_a16", lambda q: {"scale": q.scale.astype(jnp.float32)},
+                        "scale has dtype float32"),
+    "mx scale as e8m0 values": (
+        "mxfp8_a16", lambda q: {"scale": jax.lax.bitcast_convert_type(q.scale, jnp.float8_e8m0fnu)},
+        "stored as uint8 (e8m0 exponents as their raw bytes)"),
+    "mx scale f32": ("mxfp8_a16", lambda q: {"scale": q.scale.astype(jnp.float32)},
+                     "scale has dtype float32"),
+    "static input scale missing": ("fp8_per_tensor", lambda q: {"input_scale": None},
+                                   "input_scale is missing"),
+    "static input scale of 2": ("fp8_per_tensor",
+                                lambda q: {"input_scale": jnp.full((2,), 0.1, jnp.float32)},
+                                "input_scale must be one float32 number"),
+    "input scale on a dynamic spec": ("fp8_ptpc", lambda q: {"input_scale": jnp.float32(0.1)},
+                                      "input_scale must be None"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_WEIGHTS))
+def test_inconsistent_weights_are_refused_before_any_kernel(rng, case):
+    """A hand-built or restored QuantizedWeight whose arrays disagree with its spec, shape or
+    segments: the reference used to broadcast a scale grid that merely divides the storage and
+    read e8m0-typed scales by value (wrong numbers); now every kernel's call names the array."""
+    fmt, change, words = _BAD_WEIGHTS[case]
+    kw = {"input_scale": 0.1} if fmt == "fp8_per_tensor" else {}
+    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((64, 128)), jnp.float32), fmt, **kw)
+    bad = _replaced(qw, **change(qw))
     x = jnp.asarray(rng.standard_normal((2, 128)), jnp.bfloat16)
-    with pytest.raises(jqlin.UnsupportedSpecError, match=message):
-        jqlin.matmul(x, wrong, kernel=kernel)
+    pallas = {"fp8": "pallas_fp8_w8a16", "nvf": "pallas_nvfp4", "mxf": "pallas_mxfp8"}[fmt[:3]]
+    for kernel in ("auto", "xla", pallas):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            jqlin.matmul(x, bad, kernel=kernel)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            jqlin.explain(x, bad, kernel=kernel)
+    jqlin.matmul(x, qw, kernel="xla")  # (the good weight passes the same check)
+
+
+def test_flags_must_be_booleans(rng):
+    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((16, 64)), jnp.float32), "fp8_ptpc")
+    x = jnp.ones((1, 64), jnp.float32)
+    with pytest.raises(TypeError, match="deterministic must be True or False, got 'no'"):
+        jqlin.matmul(x, qw, deterministic="no")
+    with pytest.raises(TypeError, match="weight_only must be True or False"):
+        jqlin.explain(x, qw, weight_only=1)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float64", "int8"])
+def test_x_of_another_dtype_is_refused(rng, dtype):
+    """fp8 x gave an fp8 output (|y| > 448 became NaN); f64 was computed in f32."""
+    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((16, 64)), jnp.float32), "fp8_ptpc")
+    words = f"x must be bfloat16, float16 or float32.*got {dtype}"
+    with pytest.raises(ValueError, match=words):  # (float64 arrays exist only with jax_enable_x64)
+        jqlin.explain(jax.ShapeDtypeStruct((2, 64), dtype), qw)
+    if dtype != "float64":
+        with pytest.raises(ValueError, match=words):
+            jqlin.matmul(jnp.asarray(rng.standard_normal((2, 64)), dtype), qw)
 
 
 def test_explain_says_what_the_chosen_kernel_runs(rng):

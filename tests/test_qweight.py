@@ -115,6 +115,36 @@ def test_fuse_static_input_scales_warn_and_take_widest(rng):
         jqlin.fuse([a, a])
 
 
+def test_fuse_under_jit_keeps_every_parts_values(rng):
+    """Traced parts' values cannot be compared: per-tensor scales and NVFP4 globals stay one a
+    row (lossless), and differing static input scales still warn, when the values arrive."""
+    x = jnp.asarray(rng.standard_normal((3, 64)), jnp.float32)
+    for fmt in ("fp8_per_tensor", "nvfp4"):
+        a = jqlin.quantize(_w(rng, 16, 64), fmt, calibration=x)
+        b = jqlin.quantize(_w(rng, 32, 64), fmt, calibration=3 * x)
+        with pytest.warns(UserWarning, match="differ"):
+            eager = jqlin.fuse([a, b])
+        with pytest.warns(UserWarning, match="differ"):
+            traced = jax.jit(jqlin.fuse)([a, b])
+            jax.effects_barrier()
+        assert traced.shape == eager.shape == (48, 64)
+        np.testing.assert_array_equal(np.asarray(traced.dequantize()),
+                                      np.asarray(eager.dequantize()))
+        np.testing.assert_array_equal(np.asarray(jqlin.matmul(x, traced, kernel="xla")),
+                                      np.asarray(jqlin.matmul(x, eager, kernel="xla")))
+        same = jax.jit(jqlin.fuse)([a, a])  # (no warning for equal scales, traced or not)
+        assert same.shape == (32, 64)
+
+
+def test_repr_of_mapped_and_stacked_weights(rng):
+    """Flax's tree.map(jnp.shape, params) and vmap / scan's stacked weights are printable."""
+    qw = jqlin.quantize(_w(rng, 16, 64), "nvfp4_a16")
+    assert "storage=(16, 64)" in repr(qw)
+    assert "data=(16, 32), scale=(16, 4)" in repr(jax.tree.map(jnp.shape, qw))
+    assert "(2, 16, 32)" in repr(jax.tree.map(lambda a: jnp.stack([a, a]), qw))
+    assert qw == qw and qw != jqlin.quantize(_w(rng, 16, 64), "nvfp4_a16")  # (identity)
+
+
 def test_fuse_rejects_mismatched_parts(rng):
     a = jqlin.quantize(_w(rng, 16, 64), "fp8_ptpc")
     with pytest.raises(ValueError, match="K=32"):

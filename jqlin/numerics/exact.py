@@ -45,7 +45,11 @@ def div(a, b) -> jax.Array:
 
 
 def _div_barrier(a, b):
-    return a / jax.lax.optimization_barrier(b)
+    # b must reach the barrier with every axis a has: under vmap a batch axis of a alone would
+    # otherwise be added to b after the barrier, as a broadcast the reciprocal rewrite sees
+    # (quotients 1 ulp off); a value-dependent select carries a's batch axis to b, and
+    # full_like / broadcast_to would not.
+    return a / jax.lax.optimization_barrier(jnp.where(a == a, b, b))
 
 
 def div_corrected(a: jax.Array, b: jax.Array) -> jax.Array:
