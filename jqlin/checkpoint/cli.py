@@ -39,7 +39,10 @@ def _size(text: str) -> int:
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4GB, 500MB)")
     mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
-    return int(float(m.group(1)) * mult)
+    size = int(float(m.group(1)) * mult)
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"a shard size must be positive, got {text!r}")
+    return size
 
 
 def add_convert_parser(subparsers) -> argparse.ArgumentParser:

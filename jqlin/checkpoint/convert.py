@@ -115,16 +115,20 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, quantize: str | N
         if plan.layers:
             raise CheckpointError(f"{source.path}: already quantized ({plan.format}); quantize= "
                                   "needs a bf16/fp32 checkpoint")
+        _check_exclude(store, exclude)
         to_quantize = quantizable_weights(store, exclude)
         static = _static_scales(spec, [split_name(n)[0] for n in to_quantize], input_amax)
     elif input_amax:
         raise CheckpointError("input_amax is only used together with quantize=")
+    elif exclude:
+        raise CheckpointError("exclude is only used together with quantize= (a quantized "
+                              "checkpoint's layers are converted as stored)")
 
-    dst = pathlib.Path(dst)
-    if dst.exists() and not overwrite:
-        raise CheckpointError(f"{dst}: already exists (pass overwrite=True / --overwrite)")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    if isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0:
+        raise CheckpointError(f"max_shard_bytes must be a positive number of bytes, got "
+                              f"{max_shard_bytes!r}")
+    dst = _destination(source.path, pathlib.Path(dst), overwrite)
+    tmp = _temporary_beside(dst)
     writer = ShardWriter(tmp, max_shard_bytes=max_shard_bytes, metadata={"format": "jqlin"})
     try:
         entries: dict = {}
@@ -163,11 +167,48 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, quantize: str | N
         _write_metadata(tmp, source, plan, entries, quantize)
         _copy_side_files(source.path, tmp)
         _replace(tmp, dst)
-    except BaseException:
+    except BaseException as e:
         writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):  # a full disk, a vanished source: say which conversion
+            raise CheckpointError(f"{dst}: converting {source.path} failed ({e.strerror or e}"
+                                  f"{': ' + str(e.filename) if e.filename else ''}); nothing "
+                                  "was written") from e
         raise
     return dst
+
+
+def _check_exclude(store: TensorStore, exclude: Sequence[str]) -> None:
+    """A pattern that names no module is a typo that would quantize what was to be kept."""
+    modules = sorted({split_name(n)[0] for n in store.names()})
+    for p in exclude:
+        if not any(fnmatch.fnmatchcase(m, p) for m in modules):
+            example = next((m for m in modules if m.endswith("_proj")), modules[0] if modules else "")
+            raise CheckpointError(f"exclude pattern {p!r} matches no module of the checkpoint "
+                                  f"(module names look like {example!r}; fnmatch patterns)")
+
+
+def _destination(src: pathlib.Path, dst: pathlib.Path, overwrite: bool) -> pathlib.Path:
+    """dst checked before any work: replacing it must never delete the source."""
+    if dst.exists() and not overwrite:
+        raise CheckpointError(f"{dst}: already exists (pass overwrite=True / --overwrite)")
+    real_src, real_dst = src.resolve(), dst.resolve()
+    if real_dst == real_src or real_dst in real_src.parents:
+        raise CheckpointError(f"{dst}: is the source checkpoint {src} or a directory holding it; "
+                              "replacing it would delete the source (choose another destination)")
+    if dst.exists() and not dst.is_dir():
+        raise CheckpointError(f"{dst}: exists and is not a directory (a checkpoint is one)")
+    return real_dst
+
+
+def _temporary_beside(dst: pathlib.Path) -> pathlib.Path:
+    """The work directory, on dst's file system so that the final rename is atomic."""
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        return pathlib.Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    except OSError as e:
+        raise CheckpointError(f"{dst}: cannot create the destination's directory "
+                              f"({e.strerror or e}: {e.filename or dst.parent})") from None
 
 
 def _write_metadata(tmp: pathlib.Path, source, plan, entries: dict, quantize: str | None) -> None:
@@ -195,11 +236,26 @@ def _copy_side_files(src: pathlib.Path, tmp: pathlib.Path) -> None:
 
 
 def _replace(tmp: pathlib.Path, dst: pathlib.Path) -> None:
-    if not dst.exists():
+    """Move the finished tmp into place; an old dst is restored if that fails."""
+    try:
+        if not dst.exists():
+            os.rename(tmp, dst)
+            return
+        trash = pathlib.Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+    except OSError as e:
+        raise CheckpointError(f"{dst}: cannot move the converted checkpoint into place "
+                              f"({e.strerror or e})") from None
+    try:
+        os.rename(dst, trash / "old")
+    except OSError as e:
+        shutil.rmtree(trash, ignore_errors=True)
+        raise CheckpointError(f"{dst}: cannot replace it ({e.strerror or e}); left unchanged") from None
+    try:
         os.rename(tmp, dst)
-        return
-    trash = pathlib.Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-    os.rename(dst, trash / "old")
-    os.rename(tmp, dst)
+    except OSError as e:
+        os.rename(trash / "old", dst)
+        shutil.rmtree(trash, ignore_errors=True)
+        raise CheckpointError(f"{dst}: cannot move the converted checkpoint into place "
+                              f"({e.strerror or e}); the old one is left unchanged") from None
     shutil.rmtree(trash, ignore_errors=True)
 
