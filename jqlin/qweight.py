@@ -31,7 +31,7 @@ __all__ = ["QuantizedWeight", "quantize", "fuse", "calibrate_input_scale"]
 Segments = tuple[tuple[int, int], ...]
 
 
-@jax.tree_util.register_pytree_node_class
+@jax.tree_util.register_pytree_with_keys_class
 @dataclasses.dataclass(frozen=True, eq=False)  # (arrays have no truth value: identity equality)
 class QuantizedWeight:
     data: jax.Array  # e4m3 (Ns, Ks) or packed e2m1 uint8 (Ns, Ks/2)
@@ -47,6 +47,13 @@ class QuantizedWeight:
     def tree_flatten(self):
         return ((self.data, self.scale, self.global_scale, self.input_scale),
                 (self.spec, self.shape, self.segments, self.layout))
+
+    def tree_flatten_with_keys(self):
+        # (named paths: Orbax / nnx state and error messages say ".scale", not "[1]")
+        children, aux = self.tree_flatten()
+        keys = (jax.tree_util.GetAttrKey(n) for n in ("data", "scale", "global_scale",
+                                                       "input_scale"))
+        return tuple(zip(keys, children)), aux
 
     @classmethod
     def tree_unflatten(cls, aux, children):

@@ -143,6 +143,8 @@ def test_repr_of_mapped_and_stacked_weights(rng):
     assert "data=(16, 32), scale=(16, 4)" in repr(jax.tree.map(jnp.shape, qw))
     assert "(2, 16, 32)" in repr(jax.tree.map(lambda a: jnp.stack([a, a]), qw))
     assert qw == qw and qw != jqlin.quantize(_w(rng, 16, 64), "nvfp4_a16")  # (identity)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(qw)[0]]
+    assert paths == [".data", ".scale", ".global_scale"]
 
 
 def test_fuse_rejects_mismatched_parts(rng):
