@@ -149,13 +149,6 @@ def _shape_dtype(a) -> tuple | None:
     return tuple(a.shape), jnp.dtype(a.dtype)
 
 
-def _storage_shape(spec: QuantSpec, n: int, k: int) -> tuple[int, int]:
-    """(rows, K) a logical (n, k) weight occupies: whole blocks / groups, and K padded to the
-    tiles every operand of the spec shares (what `quantize` and the converter store)."""
-    rows, cols = spec.weight.storage_shape(n, k)
-    return rows, max(cols, _round_up(k, spec.k_align))
-
-
 @functools.lru_cache(maxsize=1024)
 def _layout_problem(spec, shape, segments, layout, data, scale, gscale, iscale) -> str | None:
     wk = spec.weight
@@ -176,7 +169,7 @@ def _layout_problem(spec, shape, segments, layout, data, scale, gscale, iscale) 
         return f"data must be 2-D (stored rows, stored K), got shape {dshape}"
     rows, cols = dshape[0], dshape[1] * (2 if wk.is_fp4 else 1)
     n, k = shape
-    want_rows, want_cols = _storage_shape(spec, n, k)
+    want_rows, want_cols = spec.storage_shape(n, k)
     if cols != want_cols:
         return (f"data holds {cols} stored columns; a weight of in_features K={k} in this format "
                 f"is stored with {want_cols} (K padded to whole groups / blocks)")
@@ -284,7 +277,7 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
                              f"{tuple(int(i) for i in first)}); quantized weights are finite")
     n, k = w.shape
     wk = spec.weight
-    rows, cols = _storage_shape(spec, n, k)
+    rows, cols = spec.storage_shape(n, k)
     wp = jnp.pad(w, ((0, rows - n), (0, cols - k)))
     data, scale, gscale = quantize_weight(wp, wk)
     act = spec.activation

@@ -185,6 +185,12 @@ class QuantSpec:
         align = max(tiles) if tiles else 1
         return align if align > 1 or not self.weight.is_fp4 else 2
 
+    def storage_shape(self, n: int, k: int) -> tuple[int, int]:
+        """(rows, K) a logical (n, k) weight of this spec is stored as: whole weight blocks /
+        groups, and K padded to the tiles every operand shares (`jqlin.quantize`, `convert`)."""
+        rows, cols = self.weight.storage_shape(n, k)
+        return rows, max(cols, -(-k // self.k_align) * self.k_align)
+
     def without_activation(self) -> "QuantSpec":
         return QuantSpec(self.weight, None)
 

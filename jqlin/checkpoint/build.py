@@ -15,15 +15,17 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..qweight import QuantizedWeight
-from ..spec import Granularity, QuantKey
-from .checks import (FLOAT_TAGS, check_e4m3_scale, check_e8m0_scale, check_float_scale,
-                     check_fp8_data, expect, shape_str)
+from ..spec import GlobalScale, Granularity, QuantKey
+from .checks import (F32_MAX, FLOAT_TAGS, check_e4m3_scale, check_e8m0_scale, check_float_scale,
+                     check_fp8_data, check_scale_bound, expect, shape_str)
+from .native import METADATA_FILE
 from .plan import LayerPlan
 from .safetensors_io import TensorStore
 
-__all__ = ["build_layer", "storage_shape", "needs_input_scale", "required_tensors"]
+__all__ = ["build_layer", "needs_input_scale", "required_tensors"]
 
 _SCALAR_SHAPES = ((), (1,))
+_E4M3_MAX = 448.0  # the largest e4m3 group scale an NVFP4 global multiplies (or divides)
 
 
 def needs_input_scale(plan_or_spec) -> bool:
@@ -39,13 +41,6 @@ def required_tensors(lp: LayerPlan) -> list[str]:
     if needs_input_scale(lp.spec):
         names.append(lp.input_scale)
     return [n for n in names if n is not None]
-
-
-def storage_shape(lp_spec, n: int, k: int) -> tuple[int, int]:
-    """Padded (rows, K) of a logical (n, k) weight, as jqlin.quantize stores it."""
-    rows, cols = lp_spec.weight.storage_shape(n, k)
-    align = lp_spec.k_align
-    return rows, max(cols, -(-k // align) * align)
 
 
 def _scale_tags(key: QuantKey) -> tuple[str, ...]:
@@ -68,24 +63,61 @@ def _scale_shapes(key: QuantKey, n: int, k: int, four_d: bool) -> list[tuple[int
     return [grid]
 
 
+def _bound(key: QuantKey, *, global_scale: bool = False) -> dict:
+    """check_scale_bound arguments for a float scale of `key`: the largest value it dequantizes
+    -- the largest code times the scale, and for an NVFP4 global also times the largest e4m3
+    group scale (divided, for a divisor global) -- must be finite in float32."""
+    m = key.max_value
+    if not global_scale:
+        return dict(at_most=F32_MAX / m, reach=f"the largest dequantized value, {m:g} · scale,")
+    if key.global_scale is GlobalScale.DIVISOR:
+        return dict(at_least=m * _E4M3_MAX / F32_MAX,
+                    reach=f"the largest dequantized value, {m:g} · {_E4M3_MAX:g} / scale,")
+    return dict(at_most=F32_MAX / (m * _E4M3_MAX),
+                reach=f"the largest dequantized value, {m:g} · {_E4M3_MAX:g} · scale,")
+
+
 def _read_scale(store: TensorStore, name: str, key: QuantKey, shapes, what: str) -> np.ndarray:
     info = store.info(name)
     expect(info, what, _scale_tags(key), shapes)
     arr = store.read(name)
-    if key.scale_dtype == "float8_e4m3fn":
+    if key.scale_dtype == "float8_e4m3fn":  # <= 448: bounded through the global scale
         return check_e4m3_scale(arr, info, what)
     if key.scale_dtype == "float8_e8m0fnu":
-        return check_e8m0_scale(arr, info, what)
-    return check_float_scale(arr, info, what)
+        u = check_e8m0_scale(arr, info, what)
+        check_scale_bound(np.ldexp(1.0, u.astype(np.int32) - 127), info, what, **_bound(key))
+        return u
+    f = check_float_scale(arr, info, what)
+    check_scale_bound(f, info, what, **_bound(key))
+    return f
 
 
 def _read_scalar(store: TensorStore, name: str | None, what: str, module: str,
-                 shapes=_SCALAR_SHAPES) -> np.ndarray:
+                 shapes=_SCALAR_SHAPES, bound: dict | None = None) -> np.ndarray:
     if name is None:
         raise CheckpointError(f"layer '{module}': no tensor is planned for its {what}")
     info = store.info(name)
     expect(info, what, FLOAT_TAGS, shapes)
-    return check_float_scale(store.read(name), info, what)
+    f = check_float_scale(store.read(name), info, what)
+    if bound is not None:
+        check_scale_bound(f, info, what, **bound)
+    return f
+
+
+def _read_input_scale(store: TensorStore, lp: LayerPlan, shapes=_SCALAR_SHAPES) -> np.ndarray:
+    act = lp.spec.activation
+    return _read_scalar(store, lp.input_scale, "static input scale", lp.module, shapes,
+                        _bound(act, global_scale=act.global_scale is not None))
+
+
+def _check_dropped(store: TensorStore, lp: LayerPlan) -> None:
+    """Tensors the format allows and jqlin drops (ModelOpt W4A16's input_scale): unused, but a
+    NaN / zero / negative one still says the export is broken, as for every other scale."""
+    for name in lp.ignorable:
+        info = store.info(name)
+        what = "scale the format does not use (dropped)"
+        expect(info, what, FLOAT_TAGS)
+        check_float_scale(store.read(name), info, what)
 
 
 def _pad(arr: np.ndarray, shape: tuple[int, int], fill) -> np.ndarray:
@@ -129,12 +161,13 @@ def build_layer(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
                         "weight scale").reshape(wk.scale_grid(n, k))
     gscale = None
     if wk.global_scale is not None:
-        g = _read_scalar(store, lp.global_scale, f"{wk.global_scale.value} global scale", lp.module)
+        g = _read_scalar(store, lp.global_scale, f"{wk.global_scale.value} global scale",
+                         lp.module, bound=_bound(wk, global_scale=True))
         gscale = jnp.asarray(g.reshape(()))
     iscale = None
     if needs_input_scale(spec):
-        s = _read_scalar(store, lp.input_scale, "static input scale", lp.module)
-        iscale = jnp.asarray(s.reshape(()))
+        iscale = jnp.asarray(_read_input_scale(store, lp).reshape(()))
+    _check_dropped(store, lp)
     for z in lp.zero_points:
         zinfo = store.info(z)
         zp = store.read(z)
@@ -148,7 +181,7 @@ def build_layer(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
             raise CheckpointError(f"{sinfo.where}: records weight shape {got}, but "
                                   f"'{lp.data}' holds a {[n, k]} weight")
 
-    rows, cols = storage_shape(spec, n, k)
+    rows, cols = spec.storage_shape(n, k)
     data = _pad(data, (rows, cols // 2 if wk.is_fp4 else cols), data.dtype.type(0))
     scale = _pad(scale, wk.scale_grid(rows, cols), _scale_fill(wk))
     return QuantizedWeight(jnp.asarray(data), jnp.asarray(scale), gscale, iscale, spec, (n, k))
@@ -160,20 +193,22 @@ def _build_native(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
     data, dinfo = _read_data(store, lp.data, wk)
     rows, cols = data.shape[0], data.shape[1] * (2 if wk.is_fp4 else 1)
     n, k = lay.shape
-    seg_end = max((s + m for s, m in lay.segments), default=n)
-    if cols < k or rows < seg_end or sum(m for _, m in lay.segments or ((0, n),)) != n:
-        raise CheckpointError(f"{dinfo.where}: stored {shape_str(data.shape)} cannot hold the "
-                              f"logical {list(lay.shape)} weight with segments {list(lay.segments)}")
     scale = _read_scale(store, lp.scale, wk, [wk.scale_grid(rows, cols)], "weight scale")
     gscale = None
     if wk.global_scale is not None:
         g = _read_scalar(store, lp.global_scale, f"{wk.global_scale.value} global scale",
-                         lp.module, shapes=((), (rows,)))
+                         lp.module, shapes=((), (rows,)), bound=_bound(wk, global_scale=True))
         gscale = jnp.asarray(g)
     iscale = None
     if needs_input_scale(spec):
-        iscale = jnp.asarray(_read_scalar(store, lp.input_scale, "static input scale", lp.module,
-                                          shapes=((),)))
-    return QuantizedWeight(jnp.asarray(data), jnp.asarray(scale), gscale, iscale, spec,
-                           (n, k), tuple(lay.segments), lay.layout)
+        iscale = jnp.asarray(_read_input_scale(store, lp, shapes=((),)))
+    qw = QuantizedWeight(jnp.asarray(data), jnp.asarray(scale), gscale, iscale, spec,
+                         (n, k), tuple(lay.segments), lay.layout)
+    try:  # the recorded shape / segments must be what the arrays hold: a smaller shape would
+        # drop stored rows or columns, overlapping segments duplicate rows
+        qw.check(f"layer '{lp.module}' (shape {list(lay.shape)}, segments "
+                 f"{[list(g) for g in lay.segments]} in {METADATA_FILE})")
+    except ValueError as e:
+        raise CheckpointError(f"{dinfo.where}: {e}") from None
+    return qw
 

@@ -2,7 +2,9 @@
 
 Every failure is a CheckpointError naming the file, the tensor, what it holds and what was
 expected. Scales must be finite and > 0: a zero scale turns a block into zeros (or 0/0 = NaN for
-divisor scales), a NaN or negative one is never written by a producer.
+divisor scales), a NaN or negative one is never written by a producer. They must also be small
+(or, for divisors, large) enough that the largest value they can dequantize stays finite in
+float32: a finite scale of 1e37 still turns weights into inf and outputs into NaN.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from ..errors import CheckpointError
 from .safetensors_io import TensorInfo
 
 __all__ = ["expect", "shape_str", "check_float_scale", "check_e4m3_scale", "check_e8m0_scale",
-           "check_fp8_data", "FLOAT_TAGS"]
+           "check_fp8_data", "check_scale_bound", "FLOAT_TAGS", "F32_MAX"]
 
 FLOAT_TAGS = ("F32", "BF16", "F16")  # float scales; bf16/f16 upcast to f32 exactly
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 def shape_str(shape) -> str:
@@ -81,3 +84,19 @@ def check_fp8_data(arr: np.ndarray, info: TensorInfo) -> None:
         raise CheckpointError(
             f"{info.where} (e4m3 weight): {int(nan.sum())} NaN code(s) (first at index "
             f"{tuple(int(i) for i in first)}); quantized weights are finite")
+
+
+def check_scale_bound(values: np.ndarray, info: TensorInfo, what: str, *, reach: str,
+                      at_most: float | None = None, at_least: float | None = None) -> None:
+    """Scale values (float64-exact: float32 or decoded e8m0) beyond the bound at which
+    `reach` (the largest value they dequantize, e.g. "448 · scale") overflows float32."""
+    v = np.asarray(values, np.float64)
+    bad = (v > at_most) if at_most is not None else (v < at_least)
+    if not bad.any():
+        return
+    first = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
+    side = f"above {at_most:.4g}" if at_most is not None else f"below {at_least:.4g}"
+    raise CheckpointError(
+        f"{info.where} ({what}): {int(bad.sum())} of {bad.size} value(s) {side} (first at index "
+        f"{tuple(int(i) for i in first)}: {float(v[first]):.4g}); {reach} must stay within "
+        f"float32's max {F32_MAX:.4g}, else the dequantized values are inf / NaN")

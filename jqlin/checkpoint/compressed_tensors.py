@@ -23,7 +23,8 @@ import re
 from .. import formats
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, linear_modules, quantized_modules)
+from .plan import (LayerPlan, Plan, Source, config_error, linear_modules, quantized_modules,
+                   unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 T, C, TOK, B, G = (Granularity.TENSOR, Granularity.CHANNEL, Granularity.TOKEN,
@@ -101,7 +102,23 @@ def plan(source: Source) -> Plan:
                 problems[module] = (f"config group '{g.name}' in {_CFG} targets module "
                                     f"'{module}' by name but its weight is stored unquantized")
                 break
-    return Plan(_format_name(qc, layers), layers, problems)
+    # Class targets ("Linear") cover every Linear, but a checkpoint cannot say which 2-D weights
+    # are Linears: a quantized sibling in another layer says so.
+    def expected(module: str) -> bool:
+        return (_match_any(module, ignore) is None
+                and _group_for(module, groups, modules, quantized=True) is not None)
+    siblings = unquantized_siblings(store, quantized, expected, f"{_CFG} 'ignore'")
+    problems.update({m: p for m, p in siblings.items() if m not in problems})
+    return Plan(_format_name(qc, layers), layers, problems, warnings=_kv_cache_warning(qc))
+
+
+def _kv_cache_warning(qc: dict) -> list[str]:
+    kv = qc.get("kv_cache_scheme")
+    if not kv:
+        return []
+    return [f"{_CFG}: kv_cache_scheme is {kv!r} but KV-cache quantization is not applied: "
+            "jqlin runs the KV cache in the model dtype (k/v scale tensors, if any, are kept "
+            "as ordinary tensors)"]
 
 
 def _parse_groups(qc: dict) -> list[_Group]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import warnings
 
 from ..errors import CheckpointError
 from . import compressed_tensors, hf_fp8, modelopt, native
-from .plan import Plan, Source, quantized_modules
+from .plan import Plan, Source, file_problem_key, quantized_modules
 from .safetensors_io import TensorStore
 
 __all__ = ["open_source", "plan_for", "SUPPORTED_METHODS"]
@@ -41,9 +42,13 @@ def open_source(path: str | os.PathLike) -> Source:
 
 
 def plan_for(source: Source) -> Plan:
-    """Detect the producer from the configs and let its module plan the layers."""
+    """Detect the producer from the configs and let its module plan the layers.
+
+    Problems of the files (source.store.problems) join the plan's; settings the plan does not
+    apply (plan.warnings) are warned about here, so that load and convert both say so.
+    """
     try:
-        return _plan_for(source)
+        plan = _plan_for(source)
     except CheckpointError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -51,6 +56,23 @@ def plan_for(source: Source) -> Plan:
         # config they did not anticipate (e.g. a list where an object belongs)
         raise CheckpointError(f"{source.path}: malformed quantization config "
                               f"({type(e).__name__}: {e})") from None
+    plan.problems.update({file_problem_key(f): p for f, p in source.store.problems.items()})
+    for w in plan.warnings:
+        warnings.warn(w, UserWarning, stacklevel=3)  # the caller of load_checkpoint / convert
+    return plan
+
+
+def _declared_but_unquantized(source: Source, plan: Plan) -> str | None:
+    """A quantized config over weights with no quantized module: the unquantized model with
+    a quantized model's config. Loading it would give a bf16 model labelled e.g. modelopt/NVFP4."""
+    if quantized_modules(source.store):
+        return None
+    where = ("hf_quant_config.json" if plan.format.startswith("modelopt/")
+             and source.hf_quant_config is not None else "config.json quantization_config")
+    return (f"{where} declares a quantized checkpoint ({plan.format}) but no layer is stored "
+            "quantized: no tensor has a quantization suffix (weight_scale, weight_packed, ...) "
+            "or an fp8 / packed-fp4 weight dtype; remove the quantization config to load the "
+            "weights as unquantized, or use the quantized export's weights")
 
 
 def _plan_for(source: Source) -> Plan:
@@ -58,24 +80,29 @@ def _plan_for(source: Source) -> Plan:
     method = str(qc.get("quant_method", "")).lower() if qc is not None else ""
     if method == native.QUANT_METHOD:
         return native.plan(source)
+    if qc is None and source.hf_quant_config is None:
+        problems = {m: (f"module '{m}' stores quantization tensors "
+                        f"({', '.join(sorted(t))}) but config.json has no quantization_config")
+                    for m, t in quantized_modules(source.store).items()}
+        return Plan("unquantized", {}, problems)
     if method.startswith("modelopt"):
-        return modelopt.plan(source)
-    if source.hf_quant_config is not None:
+        plan = modelopt.plan(source)
+    elif source.hf_quant_config is not None:
         if qc is not None:
             raise CheckpointError(
                 f"{source.path}: hf_quant_config.json (ModelOpt) is present but config.json's "
                 f"quantization_config has quant_method {qc.get('quant_method')!r}; expected "
                 "'modelopt' or no quantization_config")
-        return modelopt.plan(source)
-    if qc is None:
-        problems = {m: (f"module '{m}' stores quantization tensors "
-                        f"({', '.join(sorted(t))}) but config.json has no quantization_config")
-                    for m, t in quantized_modules(source.store).items()}
-        return Plan("unquantized", {}, problems)
-    if method == "compressed-tensors":
-        return compressed_tensors.plan(source)
-    if method == "fp8":
-        return hf_fp8.plan(source)
-    raise CheckpointError(
-        f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} is not "
-        f"supported (jqlin reads {', '.join(repr(m) for m in SUPPORTED_METHODS)})")
+        plan = modelopt.plan(source)
+    elif method == "compressed-tensors":
+        plan = compressed_tensors.plan(source)
+    elif method == "fp8":
+        plan = hf_fp8.plan(source)
+    else:
+        raise CheckpointError(
+            f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} is not "
+            f"supported (jqlin reads {', '.join(repr(m) for m in SUPPORTED_METHODS)})")
+    problem = _declared_but_unquantized(source, plan)
+    if problem is not None:
+        plan.problems[file_problem_key("quantization config")] = problem
+    return plan

@@ -12,8 +12,10 @@ per-tensor checkpoints vLLM uses per-token scales wherever CUTLASS runs; jqlin r
 
 from __future__ import annotations
 
+import math
+
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import LayerPlan, Plan, Source, config_error, quantized_modules
+from .plan import LayerPlan, Plan, Source, config_error, quantized_modules, unquantized_siblings
 
 E4M3 = "float8_e4m3fn"
 _CFG = "config.json quantization_config"
@@ -69,14 +71,35 @@ def plan(source: Source) -> Plan:
     spec = QuantSpec(weight, act)
 
     layers, problems = {}, {}
-    for module, tensors in quantized_modules(source.store).items():
+    quantized = quantized_modules(source.store)
+    for module, tensors in quantized.items():
         hit = _ignored(module, ignored)
         if hit is not None:
             problems[module] = (
                 f"module '{module}' matches ignored_layers entry {hit!r} in {_CFG} but stores "
                 f"quantization tensors ({', '.join(sorted(tensors))})")
             continue
+        if block is None and "weight_scale_inv" in tensors and "weight_scale" not in tensors:
+            problems[module] = _block_scale_without_block_size(module, tensors)
+            continue
         layers[module] = LayerPlan(
             module, spec, data=f"{module}.weight", scale=f"{module}.{scale_suffix}",
             input_scale=f"{module}.input_scale" if static else None)
+    siblings = unquantized_siblings(source.store, quantized,
+                                    lambda m: _ignored(m, ignored) is None,
+                                    f"{_CFG} 'ignored_layers'")
+    problems.update({m: p for m, p in siblings.items() if m not in problems})
     return Plan(name, layers, problems)
+
+
+def _block_scale_without_block_size(module: str, tensors: dict) -> str:
+    """A DeepSeek-style block checkpoint whose config lost `weight_block_size` reads as
+    per-tensor FP8, whose `weight_scale` is then missing: say what the tensors point to."""
+    msg = (f"module '{module}' stores 'weight_scale_inv' (block FP8, DeepSeek style) but no "
+           f"'weight_scale': {_CFG} has no 'weight_block_size', so per-tensor FP8 with a "
+           "'weight_scale' is expected; add \"weight_block_size\": [bn, bk] to the config")
+    w, s = tensors.get("weight"), tensors["weight_scale_inv"]
+    if w is not None and len(w.shape) == 2 and tuple(s.shape) == tuple(
+            math.ceil(d / 128) for d in w.shape):
+        msg += " ([128, 128] fits its scale grid)"
+    return msg

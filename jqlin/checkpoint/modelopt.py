@@ -19,7 +19,8 @@ import fnmatch
 
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import LayerPlan, Plan, Source, config_error, module_tensors, quantized_modules
+from .plan import (LayerPlan, Plan, Source, config_error, module_tensors, quantized_modules,
+                   unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 MO = ScaleRule.MODELOPT
@@ -127,7 +128,26 @@ def plan(source: Source) -> Plan:
                      else "has no tensors in the checkpoint")
             problems[module] = (f"quantized_layers in {where} lists module '{module}', which "
                                 f"{state}")
-    return Plan(f"modelopt/{algo}", layers, problems)
+    else:  # MIXED_PRECISION names its quantized layers: a module it omits is unquantized by design
+        def expected(module: str) -> bool:
+            # as leniently as vLLM (a pattern also covers its children, and old exports were
+            # matched by substring): a layer the export meant to exclude must not be flagged
+            return not any(fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(module, p + ".*")
+                           or p in module for p in exclude)
+        siblings = unquantized_siblings(store, quantized, expected, f"exclude_modules in {where}")
+        problems.update({m: p for m, p in siblings.items() if m not in problems})
+    return Plan(f"modelopt/{algo}", layers, problems, warnings=_kv_cache_warnings(info, qc, where))
+
+
+def _kv_cache_warnings(info: dict, qc: dict, where: str) -> list[str]:
+    # hf_quant_config.json says kv_cache_quant_algo; newer config.json exports kv_cache_scheme
+    for key in ("kv_cache_quant_algo", "kv_cache_scheme"):
+        kv = _pick(info, qc, key)
+        if kv:
+            return [f"{where}: {key} is {kv!r} but KV-cache quantization is not applied: jqlin "
+                    "runs the KV cache in the model dtype (k/v scale tensors, if any, are kept "
+                    "as ordinary tensors)"]
+    return []
 
 
 def _layer_plan(module: str, algo: str, group_size, tensors: dict, where: str) -> LayerPlan:
@@ -144,7 +164,8 @@ def _layer_plan(module: str, algo: str, group_size, tensors: dict, where: str) -
     if algo in ("FP8", "NVFP4"):
         kw["input_scale"] = f"{m}.input_scale"
     if algo == "W4A16_NVFP4" and "input_scale" in tensors:
-        kw["ignorable"] = (f"{m}.input_scale",)  # exported by some versions; vLLM ignores it
+        # exported by some versions; vLLM ignores it, and so does jqlin, after checking it
+        kw["ignorable"] = (f"{m}.input_scale",)
     if algo == "FP8_PB_WO":
         kw["block_scale_4d"] = True
     return LayerPlan(m, spec, data=f"{m}.weight", scale=f"{m}.weight_scale", **kw)

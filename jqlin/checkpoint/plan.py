@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any
+import re
+from typing import Any, Callable, Collection
 
 from ..errors import CheckpointError
 from ..spec import QuantSpec
 from .safetensors_io import TensorInfo, TensorStore
 
 __all__ = ["NativeLayout", "LayerPlan", "Plan", "Source", "QUANT_SUFFIXES", "split_name", "quantized_modules",
-           "module_tensors", "linear_modules", "config_error"]
+           "module_tensors", "linear_modules", "config_error", "file_problem_key",
+           "unquantized_siblings"]
 
 # Tensor suffixes that only exist on quantized modules; left unconsumed they are "unexpected".
 QUANT_SUFFIXES = frozenset({
@@ -26,6 +28,11 @@ QUANT_SUFFIXES = frozenset({
 })
 # On-disk element dtypes that mean "this weight is quantized"
 QUANT_WEIGHT_DTYPES = frozenset({"F8_E4M3", "F8_E5M2", "U8", "I8"})
+# On-disk dtypes of a weight left unquantized
+FLOAT_WEIGHT_DTYPES = frozenset({"F32", "BF16", "F16", "F64"})
+# A numbered path component (layer, expert): "model.layers.3.mlp" and "model.layers.7.mlp" are
+# the same module of different layers
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +71,13 @@ class LayerPlan:
 class Plan:
     format: str  # e.g. "compressed-tensors/fp8_block", "modelopt/NVFP4", "fp8/per_tensor"
     layers: dict[str, LayerPlan]
-    # module -> why it cannot be loaded; the loader raises the first, `inspect` lists them all
+    # module (or file_problem_key(...)) -> why it cannot be loaded; the loader raises the first
+    # by key, `inspect` lists them all
     problems: dict[str, str] = dataclasses.field(default_factory=dict)
     source_format: str | None = None  # jqlin checkpoints: the format they were converted from
+    # config settings jqlin reads but does not apply (e.g. KV-cache quantization): the loader
+    # warns, `inspect` shows them as notes
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -88,6 +99,12 @@ class Source:
 
 def config_error(file: str, key: str, expected: str, got: Any) -> CheckpointError:
     return CheckpointError(f"{file}: '{key}' must be {expected}, got {got!r}")
+
+
+def file_problem_key(name: str) -> str:
+    """Key of a problem about a file or the whole config: sorts before every module name, so
+    that the loader raises it first (a missing shard explains missing layers, not the reverse)."""
+    return "\x00" + name
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -121,3 +138,33 @@ def linear_modules(store: TensorStore) -> list[str]:
     """Modules with a 2-D `weight` (Linear-like; embeddings look the same on disk)."""
     return sorted(m for m, t in module_tensors(store).items()
                   if ("weight" in t and len(t["weight"].shape) == 2) or "weight_packed" in t)
+
+
+def unquantized_siblings(store: TensorStore, quantized: Collection[str],
+                         expected: Callable[[str], bool], listed_in: str) -> dict[str, str]:
+    """module -> problem, for every module whose 2-D weight is stored unquantized although the
+    same module of another layer (same name up to the layer / expert numbers) is quantized and
+    the config would quantize it (`expected`: not ignored / excluded, targeted).
+
+    Without the architecture the loader cannot know which Linears a model has; a quantized
+    sibling is the evidence that this one was meant to be quantized too. A layer deliberately
+    left in bf16 is listed in the config (`listed_in`), which `expected` honours.
+    """
+    example: dict[str, str] = {}
+    for m in sorted(quantized):
+        role = _INDEX.sub("*", m)
+        if role != m:
+            example.setdefault(role, m)
+    problems = {}
+    for module, tensors in module_tensors(store).items():
+        w = tensors.get("weight")
+        if (module in quantized or w is None or len(w.shape) != 2
+                or w.dtype not in FLOAT_WEIGHT_DTYPES):
+            continue
+        sibling = example.get(_INDEX.sub("*", module))
+        if sibling is not None and expected(module):
+            problems[module] = (
+                f"module '{module}' stores its weight unquantized ({w.dtype}) but the same module "
+                f"of another layer, '{sibling}', is quantized, and {listed_in} does not exclude "
+                "it: the export is incomplete, or the config must list the layer as unquantized")
+    return problems

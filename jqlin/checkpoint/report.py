@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import warnings
 
 import numpy as np
 
@@ -40,6 +41,7 @@ class Report:
     n_tensors: int  # tensors that are not part of a quantized layer
     problems: list[str]
     source_format: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)  # settings jqlin does not apply
 
     @property
     def ok(self) -> bool:
@@ -60,6 +62,7 @@ class Report:
             for row in (head, *body):
                 lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
         lines.append(f"{len(self.rows)} quantized layer(s), {self.n_tensors} other tensor(s)")
+        lines.extend(f"note: {n}" for n in self.notes)
         if self.problems:
             lines.append(f"PROBLEMS ({len(self.problems)}):")
             lines.extend(f"  - {p}" for p in self.problems)
@@ -99,7 +102,9 @@ def inspect(path: str | os.PathLike) -> Report:
     path = pathlib.Path(path)
     try:
         source = open_source(path)
-        plan = plan_for(source)
+        with warnings.catch_warnings():  # shown as the report's notes instead
+            warnings.simplefilter("ignore")
+            plan = plan_for(source)
     except CheckpointError as e:
         return Report(path, "unknown", [], 0, [str(e)])
     store = source.store
@@ -119,4 +124,5 @@ def inspect(path: str | os.PathLike) -> Report:
                     "(no quantized layer uses it)" for n in extra)
     consumed = {n for lp in plan.layers.values() for n in lp.tensor_names}
     n_other = sum(1 for n in store.names() if n not in consumed)
-    return Report(path, plan.format, rows, n_other, problems, plan.source_format)
+    return Report(path, plan.format, rows, n_other, problems, plan.source_format,
+                  list(plan.warnings))

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import struct
 
@@ -46,6 +47,8 @@ DTYPES: dict[str, np.dtype] = {
     "U16": np.dtype(np.uint16), "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
 }
 _TAGS = {dt: tag for tag, dt in DTYPES.items()}
+# HF shard names: model-00001-of-00004.safetensors
+_SHARD = re.compile(r"(?P<set>.+)-\d+-of-(?P<n>\d+)\.safetensors")
 
 
 def tag_of(dtype) -> str:
@@ -128,13 +131,19 @@ def _parse_header(path: pathlib.Path) -> tuple[dict, dict[str, TensorInfo]]:
 
 
 class TensorStore:
-    """The tensors of a checkpoint directory (one file or an index of shards), read lazily."""
+    """The tensors of a checkpoint directory (one file or an index of shards), read lazily.
+
+    `problems` (file name -> why) holds what makes the directory doubtful without making its
+    tensors unreadable, e.g. a shard file the index does not list; the loader raises them and
+    `inspect` lists them beside the layer table.
+    """
 
     def __init__(self, path: str | os.PathLike):
         """`path`: a checkpoint directory, or one .safetensors file."""
         path = pathlib.Path(path)
         self._infos: dict[str, TensorInfo] = {}
         self.metadata: dict[str, dict] = {}
+        self.problems: dict[str, str] = {}
         if path.is_file():
             self.directory, single, index = path.parent, path, None
         else:
@@ -162,6 +171,9 @@ class TensorStore:
         except (KeyError, TypeError):
             raise CheckpointError(f"{index}: expected an object with a 'weight_map' of "
                                   "tensor name -> file name") from None
+        if not weight_map:
+            raise CheckpointError(f"{index}: 'weight_map' is empty: the index lists no tensors "
+                                  "(regenerate it from the shards)")
         by_file: dict[str, list[str]] = {}
         for name, fname in weight_map.items():
             by_file.setdefault(str(fname), []).append(name)
@@ -184,6 +196,22 @@ class TensorStore:
                     f"{fname}: tensor '{extra[0]}' is in the file but not in {INDEX_FILE}")
             for name in names:
                 self._infos[name] = infos[name]
+        self._check_unlisted_shards(index, set(by_file))
+
+    def _check_unlisted_shards(self, index: pathlib.Path, listed: set[str]) -> None:
+        """A file of a listed shard set (same `<name>-of-<N>`) that the index does not list: its
+        tensors, often whole layers, would be silently left out. (The index's
+        metadata.total_size is not compared: writers compute it differently -- torch storage
+        sizes, shared tensors counted once -- and some omit or hand-write it.)"""
+        sets = {(m["set"], m["n"]) for f in listed if (m := _SHARD.fullmatch(f))}
+        for p in sorted(self.directory.glob("*.safetensors")):
+            m = _SHARD.fullmatch(p.name)
+            if m and (m["set"], m["n"]) in sets and p.name not in listed:
+                self.problems[p.name] = (
+                    f"{index}: shard file '{p.name}' is in the directory and belongs to the "
+                    f"index's '{m['set']}-*-of-{m['n']}' shard set, but the index maps no tensor "
+                    "to it: its tensors would be left out (regenerate the index, or remove the "
+                    "stray file)")
 
     # -- queries ------------------------------------------------------------------------------
     def names(self) -> list[str]:

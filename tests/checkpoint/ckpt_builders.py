@@ -24,11 +24,20 @@ E2M1 = ml_dtypes.float4_e2m1fn
 H, I, V = 160, 96, 64  # hidden, intermediate, vocab
 ATTN = "model.layers.0.self_attn"
 MLP = "model.layers.0.mlp"
-MODULES: dict[str, tuple[int, int]] = {
-    f"{ATTN}.q_proj": (H, H), f"{ATTN}.k_proj": (32, H), f"{ATTN}.v_proj": (32, H),
-    f"{ATTN}.o_proj": (H, H), f"{MLP}.gate_proj": (I, H), f"{MLP}.up_proj": (I, H),
-    f"{MLP}.down_proj": (H, I),
-}
+
+
+def modules(layers: int = 1) -> dict[str, tuple[int, int]]:
+    """The Linears of `layers` decoder layers: {module: (N, K)}."""
+    out = {}
+    for i in range(layers):
+        a, m = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        out.update({f"{a}.q_proj": (H, H), f"{a}.k_proj": (32, H), f"{a}.v_proj": (32, H),
+                    f"{a}.o_proj": (H, H), f"{m}.gate_proj": (I, H), f"{m}.up_proj": (I, H),
+                    f"{m}.down_proj": (H, I)})
+    return out
+
+
+MODULES: dict[str, tuple[int, int]] = modules(1)
 PLAIN = {"model.embed_tokens.weight": (V, H), "model.layers.0.input_layernorm.weight": (H,),
          "model.norm.weight": (H,), "lm_head.weight": (V, H)}
 BASE_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
@@ -158,10 +167,10 @@ Producer = Callable[[str, np.ndarray], tuple[dict, np.ndarray] | None]
 
 def build(path: pathlib.Path, rng: np.random.Generator, producer: Producer, *,
           quantization_config: dict | None = None, hf_quant_config: dict | None = None,
-          config_extra: dict | None = None, shards: int = 1):
-    """Write a checkpoint; `producer(module, w)` returns (tensors by suffix, dequant) or None to
-    keep the module in bf16. Returns (expected dequant by module, plain tensors by name, raw
-    tensors by name)."""
+          config_extra: dict | None = None, shards: int = 1, layers: int = 1):
+    """Write a checkpoint of `layers` decoder layers; `producer(module, w)` returns (tensors by
+    suffix, dequant) or None to keep the module in bf16. Returns (expected dequant by module,
+    plain tensors by name, raw tensors by name)."""
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
@@ -170,7 +179,7 @@ def build(path: pathlib.Path, rng: np.random.Generator, producer: Producer, *,
     for name, shape in PLAIN.items():
         arr = (rng.standard_normal(shape) * 0.1 + (1 if len(shape) == 1 else 0)).astype(BF16)
         tensors[name] = plain[name] = arr
-    for module, (n, k) in MODULES.items():
+    for module, (n, k) in modules(layers).items():
         w = rand_weight(rng, n, k)
         out = producer(module, w)
         if out is None:
@@ -180,7 +189,7 @@ def build(path: pathlib.Path, rng: np.random.Generator, producer: Producer, *,
         for suffix, arr in parts.items():
             tensors[f"{module}.{suffix}"] = arr
         expected[module] = deq.astype(F32)
-    config = dict(BASE_CONFIG, **(config_extra or {}))
+    config = {**BASE_CONFIG, "num_hidden_layers": layers, **(config_extra or {})}
     if quantization_config is not None:
         config["quantization_config"] = quantization_config
     (path / "config.json").write_text(json.dumps(config, indent=1))

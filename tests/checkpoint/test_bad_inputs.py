@@ -197,6 +197,28 @@ CASES = {
     "modelopt_configs_disagree": ("mo_nvfp4", lambda c: c.config(
         lambda cfg: cfg.update(quantization_config={"quant_method": "modelopt", "quant_algo": "FP8"})),
         ["disagrees", "NVFP4", "FP8"]),
+    # finite scales whose dequantized values overflow float32: the tensor and the bound
+    "overflow_weight_scale_2": ("mo_nvfp4", _f32(f"{Q}.weight_scale_2", 1e37),
+                                [f"'{Q}.weight_scale_2'", "above 1.266e+35", "6 · 448 · scale"]),
+    "overflow_weight_global_scale": ("ct_nvfp4", _f32(f"{Q}.weight_global_scale", 1e-37),
+                                     [f"'{Q}.weight_global_scale'", "below 7.899e-36",
+                                      "6 · 448 / scale"]),
+    "overflow_block_scale": ("ds_block", _f32(f"{Q}.weight_scale_inv", 1e37),
+                             [f"'{Q}.weight_scale_inv'", "above 7.596e+35", "448 · scale"]),
+    "overflow_static_input_scale": ("hf_static", _f32(f"{Q}.input_scale", 1e36),
+                                    [f"'{Q}.input_scale'", "above 7.596e+35"]),
+    "overflow_nvfp4_input_global_scale": ("ct_nvfp4", _f32(f"{Q}.input_global_scale", 1e-37),
+                                          [f"'{Q}.input_global_scale'", "below 7.899e-36"]),
+    "overflow_e8m0_scale": ("ct_mx", lambda c: c.poke(f"{Q}.weight_scale", 4, 254),
+                            [f"'{Q}.weight_scale'", "above 5.671e+37", "(0, 4)"]),
+    # DeepSeek-style tensors under a config that lost weight_block_size: say so
+    "block_scale_without_block_size": ("ds_block", lambda c: c.qc(
+        lambda q: q.pop("weight_block_size")),
+        ["stores 'weight_scale_inv'", "no 'weight_block_size'", "[128, 128] fits"]),
+    # W4A16 drops an exported input_scale, but only a valid one
+    "modelopt_w4a16_dropped_input_scale_nan": ("mo_nvfp4", lambda c: c.config(
+        lambda h: h["quantization"].update(quant_algo="W4A16_NVFP4"), "hf_quant_config.json")
+        or _f32(f"{Q}.input_scale", np.nan)(c), [f"'{Q}.input_scale'", "NaN", "dropped"]),
 }
 
 

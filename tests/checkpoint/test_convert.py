@@ -235,3 +235,23 @@ def test_quantize_names_a_weight_holding_nan(tmp_path, rng):
                        match=rf"tensor '{target}\.weight': weight holds 1 NaN or inf"):
         convert(tmp_path / "bf16", tmp_path / "q", quantize="fp8_ptpc", progress=False)
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda e: e.update(shape=[e["shape"][0] // 2, e["shape"][1]]), "stored rows"),
+    (lambda e: e.update(shape=[e["shape"][0], e["shape"][1] - 20]), "stored columns"),
+    (lambda e: e.update(segments=[[0, e["shape"][0] // 2]] * 2), "non-overlapping"),
+    (lambda e: e.update(segments=[[-10, e["shape"][0]]]), "non-overlapping"),
+    (lambda e: e.update(segments=[[0, 8], [16, e["shape"][0] - 8]]), "reach row"),
+])
+def test_native_metadata_must_match_the_arrays(fixtures_dir, tmp_path, edit, words):
+    """jqlin_quant.json's shape and segments were trusted: a smaller shape dropped stored rows
+    or columns silently, overlapping segments duplicated rows."""
+    dst = convert(fixtures_dir / "modelopt_nvfp4", tmp_path / "out", progress=False)
+    meta_file = dst / native.METADATA_FILE
+    meta = json.loads(meta_file.read_text())
+    module = "model.layers.0.mlp.down_proj"
+    edit(meta["layers"][module])
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(jqlin.CheckpointError, match=f"layer '{module}'.*{words}"):
+        jqlin.load_checkpoint(dst)
