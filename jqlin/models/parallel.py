@@ -26,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..nn.fused import FusedLinear
 from ..nn.quantize_model import quant_layers
+from ..nn.sharding import weight_partition_specs
 
 __all__ = ["shard_model", "STYLES"]
 
@@ -57,18 +58,21 @@ def shard_model(model: nnx.Module, mesh: Mesh, axis: str = "tp", *, style: str =
             f"do not divide over {n} devices, so heads are cut between devices and XLA moves "
             "data inside attention (slower, and results move by more than the row-parallel "
             "sums' last bits); style='column' avoids both", stacklevel=2)
+    layers = quant_layers(model)
+    layout = {path: "row" if style == "megatron" and path.endswith(_ROW_PARALLEL) else "column"
+              for path in layers}
+    for path, layer in layers.items():  # every layer checked before any is changed
+        try:
+            weight_partition_specs(layer.qweight, layout[path], axis, n,
+                                   weight_only=layer.weight_only)
+        except ValueError as e:
+            raise ValueError(f"shard_model(style={style!r}): layer {path}: {e}") from None
     if style == "megatron":  # fused q/k/v and gate/up: each device its own slice of every part
         for _, node in nnx.iter_graph(model):
             if isinstance(node, FusedLinear):
                 node.interleave_for(n)
-    layout = {}
-    for path, layer in quant_layers(model).items():
-        mode = "row" if style == "megatron" and path.endswith(_ROW_PARALLEL) else "column"
-        try:
-            layer.shard(mesh, mode, axis, gather=style == "column")
-        except ValueError as e:
-            raise ValueError(f"shard_model(style={style!r}): layer {path}: {e}") from None
-        layout[path] = mode
+    for path, layer in layers.items():
+        layer.shard(mesh, layout[path], axis, gather=style == "column")
     replicated = NamedSharding(mesh, P())
 
     def place(a):

@@ -47,7 +47,10 @@ class QuantDense(nnx.Module):
     Options (static attributes; each can be overridden per call):
       kernel: "auto" or a registered kernel name; deterministic: batch-invariant results;
       weight_only: explicit opt-in to run a spec that quantizes activations with floating-point
-      activations; dtype: if given, x is cast to it before the product (the output has x's dtype).
+      activations; dtype: if given, x is cast to it before the product, so the output has this
+      dtype; promote: with dtype None, x is first promoted with this dtype (jnp.result_type), as
+      `nnx.Linear(dtype=None)` promotes x with its parameters (`from_linear` sets it); with
+      both None the output has x's dtype.
     """
 
     def __init__(self, in_features: int, out_features: int, spec: QuantSpec | str, *,
@@ -56,9 +59,15 @@ class QuantDense(nnx.Module):
                  bias_init: Any = nnx.initializers.zeros_init(), param_dtype: Any = jnp.float32,
                  input_scale: Any = None, calibration: jax.Array | None = None,
                  kernel: str = "auto", deterministic: bool = False, weight_only: bool = False,
-                 dtype: Any = None, qweight: QuantizedWeight | None = None,
+                 dtype: Any = None, promote: Any = None, qweight: QuantizedWeight | None = None,
                  bias: jax.Array | None = None):
         spec = _spec(spec)
+        for arg, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"QuantDense: {arg} must be a positive int, got {value!r}")
+        if bias is not None and not use_bias:
+            raise ValueError("QuantDense: use_bias=False but a bias was given (pass one or the "
+                             "other)")
         if qweight is None:
             if rngs is None:
                 raise ValueError("QuantDense: pass rngs= to initialize a weight, or use "
@@ -94,6 +103,7 @@ class QuantDense(nnx.Module):
         self.deterministic = deterministic
         self.weight_only = weight_only
         self.dtype = dtype
+        self.promote = promote
         self.parallel = None  # a sharding.TensorParallel once `shard` placed the weight
 
     # -- constructors --------------------------------------------------------------------------
@@ -117,6 +127,9 @@ class QuantDense(nnx.Module):
         qw = quantize(jnp.asarray(w).T, spec, input_scale=input_scale, calibration=calibration)
         bias = None if linear.bias is None else linear.bias.get_value()
         options.setdefault("dtype", linear.dtype)
+        if options["dtype"] is None:  # nnx.Linear computes in x's dtype promoted with its params
+            params = [jnp.asarray(w).dtype] + ([] if bias is None else [jnp.asarray(bias).dtype])
+            options.setdefault("promote", jnp.result_type(*params))
         return cls.from_quantized(qw, bias, **options)
 
     @classmethod
@@ -138,7 +151,9 @@ class QuantDense(nnx.Module):
         qw = fuse([layer.qweight for layer in layers])
         bias = None
         if any(layer.bias is not None for layer in layers):
-            dt = next(layer.bias.get_value().dtype for layer in layers if layer.bias is not None)
+            # the widest: every part's bias reaches the output as it would unfused
+            dt = jnp.result_type(*(layer.bias.get_value().dtype for layer in layers
+                                   if layer.bias is not None))
             bias = jnp.concatenate([
                 layer.bias.get_value().astype(dt) if layer.bias is not None
                 else jnp.zeros((layer.out_features,), dt) for layer in layers])
@@ -148,7 +163,7 @@ class QuantDense(nnx.Module):
     @property
     def options(self) -> dict[str, Any]:
         return dict(kernel=self.kernel, deterministic=self.deterministic,
-                    weight_only=self.weight_only, dtype=self.dtype)
+                    weight_only=self.weight_only, dtype=self.dtype, promote=self.promote)
 
     @property
     def qweight(self) -> QuantizedWeight:
@@ -177,11 +192,19 @@ class QuantDense(nnx.Module):
                     deterministic=self.deterministic if deterministic is None else deterministic,
                     weight_only=self.weight_only if weight_only is None else weight_only)
 
+    def compute_dtype(self, x_dtype: Any) -> jnp.dtype:
+        """The dtype x is cast to before the product (and the output's): `dtype`, else x's
+        promoted with `promote`, else x's own."""
+        if self.dtype is not None:
+            return jnp.dtype(self.dtype)
+        if self.promote is not None:
+            return jnp.result_type(x_dtype, self.promote)
+        return jnp.dtype(x_dtype)
+
     def __call__(self, x: jax.Array, *, kernel: str | None = None,
                  deterministic: bool | None = None, weight_only: bool | None = None) -> jax.Array:
         x = jnp.asarray(x)
-        if self.dtype is not None:
-            x = x.astype(self.dtype)
+        x = x.astype(self.compute_dtype(x.dtype))
         opts = self._resolve(kernel, deterministic, weight_only)
         if self.parallel is None:
             y = matmul(x, self.qweight, **opts)
@@ -194,7 +217,11 @@ class QuantDense(nnx.Module):
 
     def explain(self, x: Any, *, kernel: str | None = None, deterministic: bool | None = None,
                 weight_only: bool | None = None) -> Explanation:
-        """Which kernel this layer runs for inputs shaped like `x` (array, struct or shape)."""
+        """Which kernel this layer runs for inputs like `x` (an array, a ShapeDtypeStruct, or a
+        shape, taken as float32), after the layer's own cast of x (`compute_dtype`)."""
+        shape, dtype = ((tuple(x), jnp.float32) if isinstance(x, (tuple, list))
+                        else (tuple(x.shape), x.dtype))
+        x = jax.ShapeDtypeStruct(shape, self.compute_dtype(dtype))
         return explain(x, self.qweight, **self._resolve(kernel, deterministic, weight_only))
 
     def shard(self, mesh: jax.sharding.Mesh, mode: str, axis: str, *,

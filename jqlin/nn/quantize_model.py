@@ -46,7 +46,10 @@ def _normalize_rules(rules: Any) -> list[Rule]:
         if fmt is not None:
             _spec(fmt)  # unknown names fail here, before the model is touched
         if pattern.startswith("re:"):
-            re.compile(pattern[3:])
+            try:
+                re.compile(pattern[3:])
+            except re.error as e:
+                raise ValueError(f"rules[{i}]: {pattern!r} is not a regular expression: {e}") from None
         out.append((pattern, fmt))
     return out
 
@@ -74,8 +77,9 @@ def quant_layers(model: nnx.Module) -> dict[str, QuantDense]:
 
 
 def configure(model: nnx.Module, **options: Any) -> nnx.Module:
-    """Set QuantDense options (kernel, deterministic, weight_only, dtype) on every layer."""
-    allowed = {"kernel", "deterministic", "weight_only", "dtype"}
+    """Set QuantDense options (kernel, deterministic, weight_only, dtype, promote) on every
+    layer."""
+    allowed = {"kernel", "deterministic", "weight_only", "dtype", "promote"}
     if set(options) - allowed:
         raise TypeError(f"configure: unknown options {sorted(set(options) - allowed)}; "
                         f"allowed {sorted(allowed)}")
@@ -85,9 +89,12 @@ def configure(model: nnx.Module, **options: Any) -> nnx.Module:
     return model
 
 
-def explain_model(model: nnx.Module, m: int = 1) -> dict[str, Explanation]:
-    """Dotted path -> the dispatcher's choice for each QuantDense at M = m rows."""
-    return {p: layer.explain((m, layer.in_features)) for p, layer in quant_layers(model).items()}
+def explain_model(model: nnx.Module, m: int = 1, dtype: Any = jnp.bfloat16
+                  ) -> dict[str, Explanation]:
+    """Dotted path -> the dispatcher's choice for each QuantDense at M = m rows of `dtype`
+    activations (each layer's own cast applied: what it runs)."""
+    return {p: layer.explain(jax.ShapeDtypeStruct((m, layer.in_features), dtype))
+            for p, layer in quant_layers(model).items()}
 
 
 def _is_container(node: Any) -> bool:
@@ -157,6 +164,10 @@ def quantize_model(model: nnx.Module, rules: Any, *,
     unknown = set(scales) - set(chosen)
     if unknown:
         raise ValueError(f"input_scales names layers that no rule quantizes: {sorted(unknown)}")
+    unused = sorted(p for p in scales if not _needs_input_scale(chosen[p][2]))
+    if unused:  # (jqlin.quantize refuses it too: the scale would be dropped silently)
+        raise ValueError(f"input_scales names layers whose format needs no static activation "
+                         f"scale: {unused}")
     need = [p for p, (_, _, s) in chosen.items() if _needs_input_scale(s) and p not in scales]
     if need and calibrate is not None:
         recorders = {}
@@ -176,9 +187,15 @@ def quantize_model(model: nnx.Module, rules: Any, *,
     elif need:
         raise ValueError(f"formats with a static activation scale need input_scales= or "
                          f"calibrate= for: {need}")
+    built = {}  # every layer quantized before any is swapped: an error leaves the model as it was
     for path, (pth, node, spec) in chosen.items():
-        iscale = scales.get(path) if _needs_input_scale(spec) else None
-        _set_child(model, pth, QuantDense.from_linear(node, spec, input_scale=iscale, **options))
+        try:
+            built[path] = QuantDense.from_linear(node, spec, input_scale=scales.get(path),
+                                                 **options)
+        except ValueError as e:
+            raise ValueError(f"quantize_model: layer {path}: {e}") from None
+    for path, (pth, _, _) in chosen.items():
+        _set_child(model, pth, built[path])
     if fuse:
         for _, _, node in list(_modules(model, FusedLinear)):
             node.fuse()

@@ -45,3 +45,23 @@ def test_shard_model_rejects_unknown_style_and_axis():
         shard_model(model, mesh, style="diagonal")
     with pytest.raises(ValueError, match="no axis 'x'"):
         shard_model(model, mesh, "x")
+
+
+def test_shard_model_checks_every_layer_before_changing_any(rng):
+    """A refusal left earlier layers sharded and fused weights interleaved (no longer one
+    device's bits). An abstract 2-device mesh suffices: the refusal comes before any placement."""
+    import jax
+    from flax import nnx
+
+    from jqlin.models.llama import Llama, LlamaConfig
+    from jqlin.models.parallel import shard_model
+    from jqlin.nn import FusedLinear, quant_layers, quantize_model
+    cfg = LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=512, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, head_dim=64)
+    model = quantize_model(Llama(cfg, rngs=nnx.Rngs(0)), [("lm_head", None), ("*", "fp8_block")])
+    mesh = jax.sharding.AbstractMesh((2,), ("tp",))
+    with pytest.raises(ValueError, match="o_proj: row parallel: a shard boundary would split"):
+        shard_model(model, mesh, style="megatron")  # (o_proj: K=128 over 2 cuts a 128-block)
+    assert all(layer.parallel is None for layer in quant_layers(model).values())
+    fused = [n for _, n in nnx.iter_graph(model) if isinstance(n, FusedLinear)]
+    assert fused and all(f.shards == 1 for f in fused)

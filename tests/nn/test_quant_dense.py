@@ -221,3 +221,50 @@ def test_errors_name_the_argument(rng):
         QuantDense(64, 32, "fp7", rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"expected \(\.\.\., 64\)"):
         QuantDense.from_quantized(qw)(jnp.ones((2, 63)))
+    for bad in (0, -1, 2.0):
+        with pytest.raises(ValueError, match="in_features must be a positive int"):
+            QuantDense(bad, 32, "fp8_ptpc", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="use_bias=False but a bias was given"):
+        QuantDense(64, 32, "fp8_ptpc", use_bias=False, bias=jnp.ones(32), rngs=nnx.Rngs(0))
+
+
+def test_fuse_keeps_every_bias_value(rng):
+    """A bf16 first bias rounded the others to bf16 (the fused output moved)."""
+    a = QuantDense(64, 32, "fp8_ptpc", rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16)
+    b = QuantDense(64, 16, "fp8_ptpc", rngs=nnx.Rngs(1))
+    b.bias.set_value(jnp.asarray(rng.standard_normal(16), jnp.float32))
+    fused = QuantDense.fuse([a, b])
+    bias = fused.bias.get_value()
+    assert bias.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(bias), np.concatenate(
+        [np.asarray(a.bias.get_value(), F32), np.asarray(b.bias.get_value())]))
+
+
+def test_from_linear_keeps_the_linears_output_dtype(rng):
+    """nnx.Linear(dtype=None) promotes x with its parameters: bf16 x and f32 parameters give a
+    float32 output, and so must the quantized layer (it returned bf16, its bias rounded)."""
+    lin = _linear(rng, 64, 32)
+    x = _x(rng, 3, 64).astype(jnp.bfloat16)
+    q = QuantDense.from_linear(lin, "fp8_per_channel_a16")
+    y = q(x)
+    assert lin(x).dtype == y.dtype == jnp.float32 and q.promote == jnp.float32
+    want = np.asarray(x, np.float64) @ np.asarray(q.qweight.dequantize(), np.float64).T + \
+        np.asarray(lin.bias.get_value(), np.float64)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert q.explain(x).detail == q.explain(x.astype(jnp.float32)).detail  # (what runs: f32)
+    fixed = QuantDense.from_linear(nnx.Linear(64, 32, dtype=jnp.bfloat16, rngs=nnx.Rngs(0)),
+                                   "fp8_per_channel_a16")
+    assert fixed(x.astype(jnp.float32)).dtype == jnp.bfloat16 and fixed.promote is None
+
+
+def test_explain_applies_the_layers_cast(rng, monkeypatch):
+    """explain described float32 x for a layer that casts x to bf16 (another path on the GPU)."""
+    seen = []
+    monkeypatch.setattr("jqlin.nn.dense.explain", lambda x, qw, **kw: seen.append(x.dtype))
+    q = QuantDense.from_linear(_linear(rng, 64, 32), "fp8_per_channel_a16", dtype=jnp.bfloat16)
+    q.explain(_x(rng, 2, 64))
+    q.explain((2, 64))
+    net = nnx.Dict({"l": q})
+    from jqlin.nn import explain_model
+    explain_model(net, 8, dtype=jnp.float32)
+    assert seen == [jnp.bfloat16] * 3

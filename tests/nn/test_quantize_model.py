@@ -110,6 +110,18 @@ def test_bad_rules_leave_the_model_untouched(rng):
         jqlin.quantize_model(net, [("lm_head", None), ("*", "fp8_per_tensor")])
     with pytest.raises(ValueError, match="no rule quantizes"):
         jqlin.quantize_model(net, "fp8_per_tensor", input_scales={"nope": 1.0})
+    path = sorted(linear_layers(net))[0]
+    with pytest.raises(ValueError, match=f"needs no static activation scale: \\['{path}'\\]"):
+        jqlin.quantize_model(net, "fp8_ptpc", input_scales={path: 0.05})  # (was dropped)
+    with pytest.raises(ValueError, match="rules\\[0\\]: 're:\\[' is not a regular expression"):
+        jqlin.quantize_model(net, [("re:[", "fp8_ptpc")])
+    # a layer failing to quantize (a NaN weight, the last one in path order): named, and the
+    # layers before it are not swapped
+    last = sorted(linear_layers(net))[-1]
+    w = linear_layers(net)[last].kernel
+    w.set_value(w.get_value().at[0, 0].set(jnp.nan))
+    with pytest.raises(ValueError, match=f"layer {last}: weight holds 1 NaN"):
+        jqlin.quantize_model(net, "fp8_ptpc")
     assert len(linear_layers(net)) == 7 and not quant_layers(net)
 
 
