@@ -17,6 +17,16 @@ O_PROJ1 = "model.layers.1.self_attn.o_proj"
 INDEX = "model.safetensors.index.json"
 
 
+def _load_problem(path, *needles):
+    """The load's CheckpointError (holding every needle) and inspect's report of `path`."""
+    with pytest.raises(jqlin.CheckpointError) as info:
+        jqlin.load_checkpoint(path)
+    msg = str(info.value)
+    for needle in needles:
+        assert needle in msg, msg
+    return msg, inspect(path)
+
+
 def _ct_block(ignore=("lm_head",), targets=("Linear",)):
     g = cb.ct_group(cb.args(8, "block", block=(128, 128)),
                     cb.args(8, "group", dynamic=True, group_size=128), "float-quantized",
@@ -57,12 +67,7 @@ def test_quantized_config_over_unquantized_weights_is_an_error(tmp_path, rng, ca
     kw, fmt, file = DECLARED[case]
     src = tmp_path / "src"
     cb.build(src, rng, lambda m, w: None, **kw)
-    with pytest.raises(jqlin.CheckpointError) as info:
-        jqlin.load_checkpoint(src)
-    msg = str(info.value)
-    for needle in (file, f"({fmt})", "no layer is stored quantized"):
-        assert needle in msg, msg
-    report = inspect(src)
+    msg, report = _load_problem(src, file, f"({fmt})", "no layer is stored quantized")
     assert report.format == fmt and report.problems == [msg]
     with pytest.raises(jqlin.CheckpointError, match="no layer is stored quantized"):
         convert(src, tmp_path / "dst", progress=False)
@@ -86,12 +91,7 @@ def _one_unquantized(ecosystem, tmp_path, rng, **kw_changes):
 @pytest.mark.parametrize("ecosystem", sorted(ECOSYSTEMS))
 def test_unquantized_layer_among_quantized_siblings_is_a_problem(tmp_path, rng, ecosystem):
     path = _one_unquantized(ecosystem, tmp_path, rng)
-    with pytest.raises(jqlin.CheckpointError) as info:
-        jqlin.load_checkpoint(path)
-    msg = str(info.value)
-    for needle in (f"module '{O_PROJ0}'", "unquantized (BF16)", f"'{O_PROJ1}'"):
-        assert needle in msg, msg
-    report = inspect(path)
+    msg, report = _load_problem(path, f"module '{O_PROJ0}'", "unquantized (BF16)", f"'{O_PROJ1}'")
     assert report.problems == [msg] and len(report.rows) == 13
     with pytest.raises(jqlin.CheckpointError, match=f"'{O_PROJ0}'"):
         convert(path, tmp_path / "dst", progress=False)
@@ -163,12 +163,7 @@ def test_index_omitting_a_present_shard_is_a_problem(tmp_path, rng):
     second = "model-00002-of-00002.safetensors"
     data["weight_map"] = {n: f for n, f in data["weight_map"].items() if f != second}
     index.write_text(json.dumps(data))
-    with pytest.raises(jqlin.CheckpointError) as info:
-        jqlin.load_checkpoint(tmp_path)
-    msg = str(info.value)
-    for needle in (INDEX, f"'{second}'", "maps no tensor to it"):
-        assert needle in msg, msg
-    report = inspect(tmp_path)
+    msg, report = _load_problem(tmp_path, INDEX, f"'{second}'", "maps no tensor to it")
     assert report.problems[0] == msg  # a file problem is listed first, beside the layer table
     assert report.rows
     with pytest.raises(jqlin.CheckpointError, match=second):
