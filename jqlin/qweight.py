@@ -154,7 +154,8 @@ def _layout_problem(spec, shape, segments, layout, data, scale, gscale, iscale) 
     wk = spec.weight
     if not (isinstance(shape, tuple) and len(shape) == 2
             and all(isinstance(v, (int, np.integer)) and v > 0 for v in shape)):
-        return f"shape must be a tuple of two positive ints (out_features, in_features), got {shape!r}"
+        return (f"shape must be a tuple of two positive ints (out_features, in_features), "
+                f"got {shape!r}")
     if layout != "nk":
         return f"layout must be 'nk' (the stored (N, K) weight), got {layout!r}"
     for role, got in (("data", data), ("scale", scale)):
@@ -194,8 +195,7 @@ def _layout_problem(spec, shape, segments, layout, data, scale, gscale, iscale) 
     if gscale is not None and (gscale[0] not in ((), (rows,)) or gscale[1] != np.float32):
         return (f"global_scale must be float32 of shape () or ({rows},) (one per stored row), "
                 f"got {gscale[1]} {gscale[0]}")
-    act = spec.activation
-    static = act is not None and (not act.dynamic or act.global_scale is not None)
+    static = spec.static_input_scale
     if static != (iscale is not None):
         return ("input_scale is missing (the spec's activations use a static scale)" if static
                 else "input_scale must be None (the spec's activations need no static scale)")
@@ -280,15 +280,13 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
     rows, cols = spec.storage_shape(n, k)
     wp = jnp.pad(w, ((0, rows - n), (0, cols - k)))
     data, scale, gscale = quantize_weight(wp, wk)
-    act = spec.activation
-    needs_static = act is not None and (not act.dynamic or act.global_scale is not None)
-    if needs_static:
+    if spec.static_input_scale:
         if input_scale is None and calibration is None:
             raise ValueError(
                 f"spec {formats.name_of(spec) or spec.describe()} has a static activation scale: "
                 "pass input_scale= or calibration= activations")
         if input_scale is None:
-            input_scale = calibrate_input_scale(act, calibration)
+            input_scale = calibrate_input_scale(spec.activation, calibration)
         input_scale = jnp.asarray(input_scale, jnp.float32)
         if input_scale.size != 1:
             raise ValueError(f"input_scale must be one number (the static activation scale), "
@@ -301,10 +299,6 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
     elif input_scale is not None:
         raise ValueError("input_scale given, but the spec's activations need no static scale")
     return QuantizedWeight(data, scale, gscale, input_scale, spec, (n, k))
-
-
-def _round_up(v: int, m: int) -> int:
-    return -(-v // m) * m
 
 
 def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:

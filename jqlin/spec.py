@@ -185,6 +185,13 @@ class QuantSpec:
         align = max(tiles) if tiles else 1
         return align if align > 1 or not self.weight.is_fp4 else 2
 
+    @property
+    def static_input_scale(self) -> bool:
+        """Whether the weight carries a static activation scale (`input_scale`): static
+        per-tensor activations, or the NVFP4 activation global of dynamic groups."""
+        act = self.activation
+        return act is not None and (not act.dynamic or act.global_scale is not None)
+
     def storage_shape(self, n: int, k: int) -> tuple[int, int]:
         """(rows, K) a logical (n, k) weight of this spec is stored as: whole weight blocks /
         groups, and K padded to the tiles every operand shares (`jqlin.quantize`, `convert`)."""

@@ -22,15 +22,10 @@ from .native import METADATA_FILE
 from .plan import LayerPlan
 from .safetensors_io import TensorStore
 
-__all__ = ["build_layer", "needs_input_scale", "required_tensors"]
+__all__ = ["build_layer", "required_tensors"]
 
 _SCALAR_SHAPES = ((), (1,))
 _E4M3_MAX = 448.0  # the largest e4m3 group scale an NVFP4 global multiplies (or divides)
-
-
-def needs_input_scale(plan_or_spec) -> bool:
-    act = getattr(plan_or_spec, "spec", plan_or_spec).activation
-    return act is not None and (not act.dynamic or act.global_scale is not None)
 
 
 def required_tensors(lp: LayerPlan) -> list[str]:
@@ -38,7 +33,7 @@ def required_tensors(lp: LayerPlan) -> list[str]:
     names = [lp.data, lp.scale]
     if lp.spec.weight.global_scale is not None:
         names.append(lp.global_scale)
-    if needs_input_scale(lp.spec):
+    if lp.spec.static_input_scale:
         names.append(lp.input_scale)
     return [n for n in names if n is not None]
 
@@ -165,7 +160,7 @@ def build_layer(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
                          lp.module, bound=_bound(wk, global_scale=True))
         gscale = jnp.asarray(g.reshape(()))
     iscale = None
-    if needs_input_scale(spec):
+    if spec.static_input_scale:
         iscale = jnp.asarray(_read_input_scale(store, lp).reshape(()))
     _check_dropped(store, lp)
     for z in lp.zero_points:
@@ -200,7 +195,7 @@ def _build_native(store: TensorStore, lp: LayerPlan) -> QuantizedWeight:
                          lp.module, shapes=((), (rows,)), bound=_bound(wk, global_scale=True))
         gscale = jnp.asarray(g)
     iscale = None
-    if needs_input_scale(spec):
+    if spec.static_input_scale:
         iscale = jnp.asarray(_read_input_scale(store, lp, shapes=((),)))
     qw = QuantizedWeight(jnp.asarray(data), jnp.asarray(scale), gscale, iscale, spec,
                          (n, k), tuple(lay.segments), lay.layout)

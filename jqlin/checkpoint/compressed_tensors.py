@@ -24,7 +24,7 @@ from .. import formats
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
 from .plan import (LayerPlan, Plan, Source, config_error, linear_modules, quantized_modules,
-                   unquantized_siblings)
+                   add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 T, C, TOK, B, G = (Granularity.TENSOR, Granularity.CHANNEL, Granularity.TOKEN,
@@ -107,8 +107,7 @@ def plan(source: Source) -> Plan:
     def expected(module: str) -> bool:
         return (_match_any(module, ignore) is None
                 and _group_for(module, groups, modules, quantized=True) is not None)
-    siblings = unquantized_siblings(store, quantized, expected, f"{_CFG} 'ignore'")
-    problems.update({m: p for m, p in siblings.items() if m not in problems})
+    add_unquantized_siblings(problems, store, quantized, expected, f"{_CFG} 'ignore'")
     return Plan(_format_name(qc, layers), layers, problems, warnings=_kv_cache_warning(qc))
 
 

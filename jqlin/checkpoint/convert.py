@@ -26,7 +26,7 @@ from ..qweight import QuantizedWeight, calibrate_input_scale
 from ..qweight import quantize as quantize_weight
 from ..spec import QuantSpec
 from . import native
-from .build import build_layer, needs_input_scale
+from .build import build_layer
 from .checks import FLOAT_TAGS
 from .detect import open_source, plan_for
 from .loader import raise_problems, unexpected_tensors
@@ -65,7 +65,7 @@ def _write_layer(writer: ShardWriter, module: str, qw: QuantizedWeight, entries:
 def _static_scales(spec: QuantSpec, modules: list[str],
                    input_amax: Mapping[str, float] | None) -> dict[str, jnp.ndarray]:
     """Static activation scales (the key's own convention) from per-module input amax."""
-    if not needs_input_scale(spec):
+    if not spec.static_input_scale:
         if input_amax:
             raise CheckpointError("input_amax given, but the target format's activations need "
                                   "no static scale")
@@ -124,7 +124,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, quantize: str | N
         raise CheckpointError("exclude is only used together with quantize= (a quantized "
                               "checkpoint's layers are converted as stored)")
 
-    if isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0:
+    if (isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int)
+            or max_shard_bytes <= 0):
         raise CheckpointError(f"max_shard_bytes must be a positive number of bytes, got "
                               f"{max_shard_bytes!r}")
     dst = _destination(source.path, pathlib.Path(dst), overwrite)
@@ -183,7 +184,7 @@ def _check_exclude(store: TensorStore, exclude: Sequence[str]) -> None:
     modules = sorted({split_name(n)[0] for n in store.names()})
     for p in exclude:
         if not any(fnmatch.fnmatchcase(m, p) for m in modules):
-            example = next((m for m in modules if m.endswith("_proj")), modules[0] if modules else "")
+            example = next((m for m in modules if m.endswith("_proj")), next(iter(modules), ""))
             raise CheckpointError(f"exclude pattern {p!r} matches no module of the checkpoint "
                                   f"(module names look like {example!r}; fnmatch patterns)")
 
@@ -249,7 +250,8 @@ def _replace(tmp: pathlib.Path, dst: pathlib.Path) -> None:
         os.rename(dst, trash / "old")
     except OSError as e:
         shutil.rmtree(trash, ignore_errors=True)
-        raise CheckpointError(f"{dst}: cannot replace it ({e.strerror or e}); left unchanged") from None
+        raise CheckpointError(f"{dst}: cannot replace it ({e.strerror or e}); left "
+                              "unchanged") from None
     try:
         os.rename(tmp, dst)
     except OSError as e:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import LayerPlan, Plan, Source, config_error, quantized_modules, unquantized_siblings
+from .plan import (LayerPlan, Plan, Source, add_unquantized_siblings, config_error,
+                   quantized_modules)
 
 E4M3 = "float8_e4m3fn"
 _CFG = "config.json quantization_config"
@@ -85,10 +86,8 @@ def plan(source: Source) -> Plan:
         layers[module] = LayerPlan(
             module, spec, data=f"{module}.weight", scale=f"{module}.{scale_suffix}",
             input_scale=f"{module}.input_scale" if static else None)
-    siblings = unquantized_siblings(source.store, quantized,
-                                    lambda m: _ignored(m, ignored) is None,
-                                    f"{_CFG} 'ignored_layers'")
-    problems.update({m: p for m, p in siblings.items() if m not in problems})
+    add_unquantized_siblings(problems, source.store, quantized,
+                             lambda m: _ignored(m, ignored) is None, f"{_CFG} 'ignored_layers'")
     return Plan(name, layers, problems)
 
 

@@ -20,7 +20,7 @@ import fnmatch
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
 from .plan import (LayerPlan, Plan, Source, config_error, module_tensors, quantized_modules,
-                   unquantized_siblings)
+                   add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 MO = ScaleRule.MODELOPT
@@ -134,8 +134,8 @@ def plan(source: Source) -> Plan:
             # matched by substring): a layer the export meant to exclude must not be flagged
             return not any(fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(module, p + ".*")
                            or p in module for p in exclude)
-        siblings = unquantized_siblings(store, quantized, expected, f"exclude_modules in {where}")
-        problems.update({m: p for m, p in siblings.items() if m not in problems})
+        add_unquantized_siblings(problems, store, quantized, expected,
+                                 f"exclude_modules in {where}")
     return Plan(f"modelopt/{algo}", layers, problems, warnings=_kv_cache_warnings(info, qc, where))
 
 

@@ -18,7 +18,7 @@ from .safetensors_io import TensorInfo, TensorStore
 
 __all__ = ["NativeLayout", "LayerPlan", "Plan", "Source", "QUANT_SUFFIXES", "split_name", "quantized_modules",
            "module_tensors", "linear_modules", "config_error", "file_problem_key",
-           "unquantized_siblings"]
+           "add_unquantized_siblings"]
 
 # Tensor suffixes that only exist on quantized modules; left unconsumed they are "unexpected".
 QUANT_SUFFIXES = frozenset({
@@ -140,11 +140,13 @@ def linear_modules(store: TensorStore) -> list[str]:
                   if ("weight" in t and len(t["weight"].shape) == 2) or "weight_packed" in t)
 
 
-def unquantized_siblings(store: TensorStore, quantized: Collection[str],
-                         expected: Callable[[str], bool], listed_in: str) -> dict[str, str]:
-    """module -> problem, for every module whose 2-D weight is stored unquantized although the
-    same module of another layer (same name up to the layer / expert numbers) is quantized and
-    the config would quantize it (`expected`: not ignored / excluded, targeted).
+def add_unquantized_siblings(problems: dict[str, str], store: TensorStore,
+                             quantized: Collection[str], expected: Callable[[str], bool],
+                             listed_in: str) -> None:
+    """Add to `problems` (where a module has none yet) every module whose 2-D weight is stored
+    unquantized although the same module of another layer (same name up to the layer / expert
+    numbers) is quantized and the config would quantize it (`expected`: not ignored /
+    excluded, targeted).
 
     Without the architecture the loader cannot know which Linears a model has; a quantized
     sibling is the evidence that this one was meant to be quantized too. A layer deliberately
@@ -155,16 +157,14 @@ def unquantized_siblings(store: TensorStore, quantized: Collection[str],
         role = _INDEX.sub("*", m)
         if role != m:
             example.setdefault(role, m)
-    problems = {}
     for module, tensors in module_tensors(store).items():
         w = tensors.get("weight")
         if (module in quantized or w is None or len(w.shape) != 2
                 or w.dtype not in FLOAT_WEIGHT_DTYPES):
             continue
         sibling = example.get(_INDEX.sub("*", module))
-        if sibling is not None and expected(module):
+        if sibling is not None and module not in problems and expected(module):
             problems[module] = (
                 f"module '{module}' stores its weight unquantized ({w.dtype}) but the same module "
                 f"of another layer, '{sibling}', is quantized, and {listed_in} does not exclude "
                 "it: the export is incomplete, or the config must list the layer as unquantized")
-    return problems

@@ -133,11 +133,6 @@ class _InputRecorder(nnx.Module):
         return self.linear(x)
 
 
-def _needs_input_scale(spec: QuantSpec) -> bool:
-    act = spec.activation
-    return act is not None and (not act.dynamic or act.global_scale is not None)
-
-
 def quantize_model(model: nnx.Module, rules: Any, *,
                    calibrate: Callable[[nnx.Module], Any] | None = None,
                    input_scales: Mapping[str, Any] | None = None, fuse: bool = True,
@@ -164,11 +159,11 @@ def quantize_model(model: nnx.Module, rules: Any, *,
     unknown = set(scales) - set(chosen)
     if unknown:
         raise ValueError(f"input_scales names layers that no rule quantizes: {sorted(unknown)}")
-    unused = sorted(p for p in scales if not _needs_input_scale(chosen[p][2]))
+    unused = sorted(p for p in scales if not chosen[p][2].static_input_scale)
     if unused:  # (jqlin.quantize refuses it too: the scale would be dropped silently)
         raise ValueError(f"input_scales names layers whose format needs no static activation "
                          f"scale: {unused}")
-    need = [p for p, (_, _, s) in chosen.items() if _needs_input_scale(s) and p not in scales]
+    need = [p for p, (_, _, s) in chosen.items() if s.static_input_scale and p not in scales]
     if need and calibrate is not None:
         recorders = {}
         for p in need:

@@ -83,6 +83,7 @@ def test_options_that_would_do_nothing_are_refused(tmp_path, rng, fixtures_dir, 
         with pytest.raises(jqlin.CheckpointError, match="max_shard_bytes must be a positive"):
             convert(fixtures_dir / "ct_mxfp8", tmp_path / "q", max_shard_bytes=bad, progress=False)
     with pytest.raises(SystemExit) as e:
-        main(["convert", str(fixtures_dir / "ct_mxfp8"), str(tmp_path / "q"), "--max-shard-size", "0"])
+        main(["convert", str(fixtures_dir / "ct_mxfp8"), str(tmp_path / "q"),
+              "--max-shard-size", "0"])
     assert e.value.code == 2 and "a shard size must be positive" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bf16"]
