@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for what CPU-only sessions left unverified on the GPU (sessions 32-33): the
 # activation kernels' GPU tests (NaN rows included), the activation rules and NaN propagation on
-# XLA:GPU, the W8A8 GPU tests now that the FP8 codes kernel serves every M, then the MX operand
+# XLA:GPU, matmul under vmap / grad / x64 with the real kernels (session 34: test_transforms),
+# the W8A8 GPU tests now that the FP8 codes kernel serves every M, then the MX operand
 # kernel's time against XLA's rule and the products with it. Each stage time-boxed; logs and JSON
 # in $OUT.
 # Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order)
@@ -17,8 +18,9 @@ SHAPES=${SHAPES:-4096x4096,8192x8192}
 GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.15)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *tests* ]]; then
-  timeout "${T_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf --durations=5 \
+  timeout "${T_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf --durations=5 \
     tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
+    tests/test_transforms.py tests/test_dispatch.py \
     > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi
