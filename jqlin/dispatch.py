@@ -329,4 +329,4 @@ def _differentiable(name: str, spec: QuantSpec, deterministic: bool,
         return y, dy.astype(y.dtype)
 
     run.defjvp(jvp, symbolic_zeros=True)
-    return run
+    return jax.jit(run)  # (eager calls: one cached dispatch, not a trace of the rule each call)
