@@ -8,6 +8,7 @@ through `jqlin.matmul`: the dispatcher, not this layer, chooses the kernel.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import jax
@@ -37,6 +38,14 @@ def _spec(spec: QuantSpec | str) -> QuantSpec:
     raise TypeError(f"spec must be a QuantSpec or a format name, got {type(spec).__name__}")
 
 
+def _size(arg: str, value: Any) -> int:
+    """A layer size as a Python int (numpy ints from a config are fine; a float, a bool or a
+    non-positive size is a mistake that would otherwise fail deep inside the initializer)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"QuantDense: {arg} must be a positive int, got {value!r}")
+    return int(value)
+
+
 class QuantDense(nnx.Module):
     """y = x @ W.T (+ bias) with a quantized W of logical shape (out_features, in_features).
 
@@ -62,9 +71,8 @@ class QuantDense(nnx.Module):
                  dtype: Any = None, promote: Any = None, qweight: QuantizedWeight | None = None,
                  bias: jax.Array | None = None):
         spec = _spec(spec)
-        for arg, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"QuantDense: {arg} must be a positive int, got {value!r}")
+        in_features = _size("in_features", in_features)
+        out_features = _size("out_features", out_features)
         if bias is not None and not use_bias:
             raise ValueError("QuantDense: use_bias=False but a bias was given (pass one or the "
                              "other)")
@@ -110,7 +118,8 @@ class QuantDense(nnx.Module):
     @classmethod
     def from_quantized(cls, qweight: QuantizedWeight, bias: jax.Array | None = None,
                        **options: Any) -> "QuantDense":
-        """Wrap a QuantizedWeight as stored; options: kernel, deterministic, weight_only, dtype."""
+        """Wrap a QuantizedWeight as stored; options: kernel, deterministic, weight_only, dtype,
+        promote."""
         if not isinstance(qweight, QuantizedWeight):
             raise TypeError(f"qweight must be a QuantizedWeight, got {type(qweight).__name__}")
         n, k = qweight.shape

@@ -25,6 +25,9 @@ class QuantDense(nn.Module):
 
     `init` draws a float kernel with `kernel_init` and quantizes it into `spec`; existing Dense
     params convert with `QuantDense.convert_params`, a stored weight with `params_from_quantized`.
+    dtype: if given, x is cast to it before the product, so the output has this dtype; None
+    keeps x's dtype (unlike `flax.linen.Dense(dtype=None)`, which promotes x with its
+    parameters: give `dtype` to keep a float32 output for bf16 x and float32 parameters).
     """
 
     features: int

@@ -145,7 +145,10 @@ def quantize_model(model: nnx.Module, rules: Any, *,
     `input_scales={path: scale}` in the spec's convention, or `calibrate(model)`, a function
     that runs the model eagerly on sample inputs while each selected layer records its max |x|.
     fuse: afterwards merge FusedLinear parts that became QuantDense of one spec.
-    options: QuantDense options (kernel, deterministic, weight_only).
+    options: QuantDense options (kernel, deterministic, weight_only, dtype, promote); each
+    layer keeps its Linear's output dtype unless `dtype` says otherwise (QuantDense.from_linear).
+    Every layer is quantized before any is swapped: an error names the layer and leaves the
+    model as it was.
     """
     rules = _normalize_rules(rules)
     chosen: dict[str, tuple[tuple, nnx.Linear, QuantSpec]] = {}

@@ -221,9 +221,14 @@ def test_errors_name_the_argument(rng):
         QuantDense(64, 32, "fp7", rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"expected \(\.\.\., 64\)"):
         QuantDense.from_quantized(qw)(jnp.ones((2, 63)))
-    for bad in (0, -1, 2.0):
+    for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="in_features must be a positive int"):
             QuantDense(bad, 32, "fp8_ptpc", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="out_features must be a positive int, got -3"):
+        QuantDense(64, -3, "fp8_ptpc", rngs=nnx.Rngs(0))
+    sized = QuantDense(np.int64(64), np.int32(32), "fp8_ptpc", rngs=nnx.Rngs(0))  # numpy ints
+    assert (sized.in_features, sized.out_features) == (64, 32)
+    assert type(sized.in_features) is int and sized(jnp.ones((2, 64))).shape == (2, 32)
     with pytest.raises(ValueError, match="use_bias=False but a bias was given"):
         QuantDense(64, 32, "fp8_ptpc", use_bias=False, bias=jnp.ones(32), rngs=nnx.Rngs(0))
 
@@ -232,12 +237,18 @@ def test_fuse_keeps_every_bias_value(rng):
     """A bf16 first bias rounded the others to bf16 (the fused output moved)."""
     a = QuantDense(64, 32, "fp8_ptpc", rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16)
     b = QuantDense(64, 16, "fp8_ptpc", rngs=nnx.Rngs(1))
+    a.bias.set_value(jnp.asarray(rng.standard_normal(32), jnp.bfloat16))
     b.bias.set_value(jnp.asarray(rng.standard_normal(16), jnp.float32))
     fused = QuantDense.fuse([a, b])
     bias = fused.bias.get_value()
     assert bias.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(bias), np.concatenate(
         [np.asarray(a.bias.get_value(), F32), np.asarray(b.bias.get_value())]))
+    # what fusing promises: the parts' outputs, bitwise (deterministic: the same K order)
+    x = _x(rng, 3, 64)
+    parts = [layer(x, deterministic=True) for layer in (a, b)]
+    np.testing.assert_array_equal(np.asarray(fused(x, deterministic=True)),
+                                  np.concatenate([np.asarray(y) for y in parts], -1))
 
 
 def test_from_linear_keeps_the_linears_output_dtype(rng):
@@ -258,13 +269,21 @@ def test_from_linear_keeps_the_linears_output_dtype(rng):
 
 
 def test_explain_applies_the_layers_cast(rng, monkeypatch):
-    """explain described float32 x for a layer that casts x to bf16 (another path on the GPU)."""
+    """explain described float32 x for a layer that casts x to bf16 (another path on the GPU),
+    and explain_model float32 x for every layer (a shape tuple)."""
     seen = []
     monkeypatch.setattr("jqlin.nn.dense.explain", lambda x, qw, **kw: seen.append(x.dtype))
     q = QuantDense.from_linear(_linear(rng, 64, 32), "fp8_per_channel_a16", dtype=jnp.bfloat16)
     q.explain(_x(rng, 2, 64))
     q.explain((2, 64))
-    net = nnx.Dict({"l": q})
+    assert seen == [jnp.bfloat16] * 2
     from jqlin.nn import explain_model
-    explain_model(net, 8, dtype=jnp.float32)
-    assert seen == [jnp.bfloat16] * 3
+    seen.clear()
+    explain_model(nnx.Dict({"l": q}), 8, dtype=jnp.float32)
+    assert seen == [jnp.bfloat16]
+    # no cast of its own: x's dtype is what runs, bf16 activations unless told otherwise
+    free = QuantDense.from_quantized(q.qweight)
+    seen.clear()
+    explain_model(nnx.Dict({"free": free}), 8)
+    explain_model(nnx.Dict({"free": free}), 8, dtype=jnp.float16)
+    assert seen == [jnp.bfloat16, jnp.float16]
