@@ -73,6 +73,11 @@ class Kernel:
     k_sliced: bool = False
 
     def spec_mismatch(self, spec: QuantSpec) -> str | None:
+        """None, or why this kernel does not honour `spec` (cached: both are frozen values,
+        and matching them was most of an eager call's host time)."""
+        return _spec_mismatch(self, spec)
+
+    def _spec_mismatch(self, spec: QuantSpec) -> str | None:
         reasons = []
         for wpat, apat in self.honours:
             why = wpat.mismatch(spec.weight)
@@ -99,6 +104,7 @@ class Kernel:
 
 
 X_DTYPES = tuple(jnp.dtype(t) for t in (jnp.bfloat16, jnp.float16, jnp.float32))
+_spec_mismatch = functools.lru_cache(maxsize=4096)(Kernel._spec_mismatch)
 ANY_ACTIVATION = object()  # activation pattern: any activation key, or none
 _REGISTRY: dict[str, Kernel] = {}
 
