@@ -158,8 +158,9 @@ def _layout_problem(spec, shape, segments, layout, data, scale, gscale, iscale) 
                 f"got {shape!r}")
     if layout != "nk":
         return f"layout must be 'nk' (the stored (N, K) weight), got {layout!r}"
-    for role, got in (("data", data), ("scale", scale)):
-        if got is None or got[0] == "not an array":
+    for role, got in (("data", data), ("scale", scale), ("global_scale", gscale),
+                      ("input_scale", iscale)):
+        if (got is None and role in ("data", "scale")) or (got and got[0] == "not an array"):
             return f"{role} must be an array, got {got[1] if got else None}"
     (dshape, ddtype), (sshape, sdtype) = data, scale
     want = STORED_DATA[wk.dtype]

@@ -175,6 +175,8 @@ _BAD_WEIGHTS = {  # name: (format, change of a good weight, words of the error)
     "nvfp4 int8 codes": ("nvfp4_a16", lambda q: {"data": q.data.astype(jnp.int8)},
                          "data has dtype int8"),
     "nvfp4 no global": ("nvfp4_a16", lambda q: {"global_scale": None}, "global_scale is missing"),
+    "nvfp4 global a Python float": ("nvfp4_a16", lambda q: {"global_scale": 1.0},
+                                    "global_scale must be an array, got float"),
     "nvfp4 global of 2": ("nvfp4_a16", lambda q: {"global_scale": jnp.ones((2,), jnp.float32)},
                           "global_scale must be float32 of shape () or (64,)"),
     "nvfp4 scale f32": ("nvfp4_a16", lambda q: {"scale": q.scale.astype(jnp.float32)},
