@@ -281,6 +281,8 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
     rows, cols = spec.storage_shape(n, k)
     wp = jnp.pad(w, ((0, rows - n), (0, cols - k)))
     data, scale, gscale = quantize_weight(wp, wk)
+    if not isinstance(w, jax.core.Tracer):
+        _check_not_flushed(w, QuantizedWeight(data, scale, gscale, None, spec, (n, k)))
     if spec.static_input_scale:
         if input_scale is None and calibration is None:
             raise ValueError(
@@ -300,6 +302,26 @@ def quantize(w: jax.Array, spec: QuantSpec | str, *, input_scale=None,
     elif input_scale is not None:
         raise ValueError("input_scale given, but the spec's activations need no static scale")
     return QuantizedWeight(data, scale, gscale, input_scale, spec, (n, k))
+
+
+# Below this magnitude a weight may meet float32's limits in its scales (amax / 448 and
+# NVFP4's amax / 2688 reach subnormals, which XLA flushes to zero; the compressed-tensors
+# global 2688 / amax overflows): look at what the quantized weight holds.
+_TINY_AMAX = 2.0 ** -90
+
+
+def _check_not_flushed(w: jax.Array, qw: QuantizedWeight) -> None:
+    """A nonzero weight must not quantize to all zeros (a different layer, silently) nor to NaN
+    (an infinite compressed-tensors global times a flushed block amax)."""
+    amax = float(abs_max(w.astype(jnp.float32)))
+    if not 0 < amax < _TINY_AMAX:
+        return
+    deq = qw.dequantize()
+    if not bool(jnp.all(jnp.isfinite(deq)) & jnp.any(deq != 0)):
+        raise ValueError(
+            f"weight's largest magnitude is {amax:.3g}: too small for "
+            f"{formats.name_of(qw.spec) or qw.spec.describe()}'s float32 scales, it would "
+            "quantize to zeros or NaN (rescale the weight, or keep this layer unquantized)")
 
 
 def fuse(parts: Sequence[QuantizedWeight]) -> QuantizedWeight:

@@ -167,6 +167,22 @@ def test_overflow_and_zero_blocks_never_nan(name, rng):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_a_weight_too_small_for_float32_scales_is_refused(name, rng):
+    # 1e-36: amax / 448 (FP8), amax / 2688 (NVFP4) and the MX e8m0 step are float32
+    # subnormals, which XLA flushes: every code would be zero. 1e-30 still quantizes.
+    cal = np.ones((1, 64), F32) if name in STATIC_ACT else None
+    w = weights(rng, 8, 64)
+    w /= np.abs(w).max()
+    small = jqlin.quantize(w * F32(1e-30), name, calibration=cal)
+    assert np.any(np.asarray(small.dequantize()) != 0)
+    if name.startswith("mxfp4"):  # e2m1 x 2^-127 still holds the largest values
+        return
+    with pytest.raises(ValueError, match=r"largest magnitude is 1e-36: too small for "
+                                         rf"{name}'s float32 scales"):
+        jqlin.quantize(w * F32(1e-36), name, calibration=cal)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_all_zero_weight(name):
     qw = jqlin.quantize(np.zeros((8, 64), F32), name,
                         calibration=np.ones((1, 64), F32) if name in STATIC_ACT else None)
