@@ -20,6 +20,7 @@ from jax.custom_derivatives import SymbolicZero
 from . import formats
 from .errors import UnsupportedSpecError
 from .qweight import QuantizedWeight
+from .rowwise import seq_map
 from .spec import Granularity, QuantKey, QuantSpec
 
 __all__ = ["KeyPattern", "Kernel", "register_kernel", "unregister_kernel", "registered_kernels", "matmul", "explain",
@@ -142,8 +143,14 @@ def _load_builtin_kernels() -> None:
 
 
 def current_platform() -> tuple[str, tuple[int, int] | None]:
-    """('cpu' | 'gpu' | 'tpu', compute capability or None) of the default device."""
-    dev = jax.devices()[0]
+    """('cpu' | 'gpu' | 'tpu', compute capability or None) of the default device -- the one
+    `jax.default_device(...)` names where set (a CPU context on a GPU machine runs on the CPU,
+    where a GPU kernel cannot lower)."""
+    dev = jax.config.jax_default_device
+    if dev is None:
+        dev = jax.devices()[0]
+    elif isinstance(dev, str):  # (a platform name)
+        dev = jax.devices(dev)[0]
     platform = {"cuda": "gpu", "rocm": "gpu"}.get(dev.platform, dev.platform)
     cc = getattr(dev, "compute_capability", None)
     if cc:
@@ -310,11 +317,32 @@ def _differentiable(name: str, spec: QuantSpec, deterministic: bool,
     kernel = functools.partial(_jitted(name), spec=spec, deterministic=deterministic,
                                interpret=interpret)
 
-    def call(x2: jax.Array, qw: QuantizedWeight) -> jax.Array:
+    def kernel_call(x2: jax.Array, qw: QuantizedWeight) -> jax.Array:
         # kernels are written for 32-bit index arithmetic (Python ints become int64 under
         # jax_enable_x64, which Pallas grids and lax.div refuse); no operand is 64-bit
         with jax.enable_x64(False):
             return kernel(x2, qw)
+
+    # vmap: JAX's own batching of a kernel is another computation (XLA's dot of (B, M, K)
+    # is a batched dot, the XLA kernel's row loop a loop of batched rows): rows came out in
+    # other bits than the same call per batch entry, deterministic mode included (session 35)
+    call = jax.custom_batching.custom_vmap(kernel_call)
+
+    @call.def_vmap
+    def call_batched(size: int, batched, x2: jax.Array, qw: QuantizedWeight):
+        x_batched, qw_batched = batched
+        if not any(jax.tree.leaves(qw_batched)):  # one weight: the batch is more rows
+            xs = x2 if x_batched else jnp.broadcast_to(x2, (size, *x2.shape))
+            return call(xs.reshape(-1, xs.shape[-1]), qw).reshape(size, xs.shape[1], -1), True
+        if not deterministic:  # a weight per entry: JAX's batching (one launch)
+            axes = (0 if x_batched else None, jax.tree.map(lambda b: 0 if b else None,
+                                                            qw_batched))
+            return jax.vmap(kernel_call, in_axes=axes)(x2, qw), True
+        # deterministic: the same call as without vmap, entry after entry
+        xs = x2 if x_batched else jnp.broadcast_to(x2, (size, *x2.shape))
+        qws = jax.tree.map(lambda a, b: a if b else jnp.broadcast_to(a, (size, *a.shape)),
+                           qw, qw_batched)
+        return seq_map(lambda args: call(*args), (xs, qws)), True
 
     @jax.custom_jvp
     def run(x2: jax.Array, qw: QuantizedWeight) -> jax.Array:

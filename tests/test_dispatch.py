@@ -31,19 +31,27 @@ def fake_weight_only_kernel():
     dispatch.unregister_kernel("test_w8a16")
 
 
+@pytest.fixture
+def on_cpu():
+    """For tests of the CPU platform's choices: on a GPU machine they run under a CPU default
+    device (the dispatcher follows jax.default_device)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def _qw(rng, name="fp8_ptpc", n=32, k=64):
     return jqlin.quantize(rng.standard_normal((n, k)).astype(F32), name,
                           calibration=np.ones((1, k), F32) if name in ("fp8_per_tensor", "nvfp4") else None)
 
 
-def test_auto_on_cpu_is_xla_and_explained(rng):
+def test_auto_on_cpu_is_xla_and_explained(rng, on_cpu):
     qw = _qw(rng)
     ex = jqlin.explain((3, 64), qw)
     assert ex.chosen == "xla" and ex.platform == "cpu"
     assert "fp8_ptpc" in str(ex) and "chosen: xla" in str(ex)
 
 
-def test_weight_only_kernel_never_serves_quantized_activations(rng, fake_weight_only_kernel):
+def test_weight_only_kernel_never_serves_quantized_activations(rng, on_cpu, fake_weight_only_kernel):
     kernel, calls = fake_weight_only_kernel
     qw = _qw(rng, "fp8_ptpc")
     ex = jqlin.explain((2, 64), qw)
@@ -54,7 +62,7 @@ def test_weight_only_kernel_never_serves_quantized_activations(rng, fake_weight_
     assert not calls
 
 
-def test_weight_only_opt_in_is_explicit_and_reported(rng, fake_weight_only_kernel):
+def test_weight_only_opt_in_is_explicit_and_reported(rng, on_cpu, fake_weight_only_kernel):
     kernel, calls = fake_weight_only_kernel
     qw = _qw(rng, "fp8_ptpc")
     x = rng.standard_normal((2, 64)).astype(F32)
@@ -69,7 +77,7 @@ def test_weight_only_opt_in_is_explicit_and_reported(rng, fake_weight_only_kerne
     assert not np.allclose(np.asarray(jqlin.matmul(x, qw)), ref, rtol=1e-6, atol=0)
 
 
-def test_weight_only_kernel_serves_a16_spec(rng, fake_weight_only_kernel):
+def test_weight_only_kernel_serves_a16_spec(rng, on_cpu, fake_weight_only_kernel):
     assert jqlin.explain((1, 64), _qw(rng, "fp8_per_channel_a16")).chosen == "test_w8a16"
     # deterministic asks for batch invariance, which this kernel does not declare
     ex = jqlin.explain((1, 64), _qw(rng, "fp8_per_channel_a16"), deterministic=True)
@@ -103,7 +111,7 @@ def test_deterministic_rejects_dynamic_per_tensor_activations(rng):
         jqlin.matmul(np.ones((2, 64), F32), qw, deterministic=True)
 
 
-def test_no_kernel_for_platform_raises(rng):
+def test_no_kernel_for_platform_raises(rng, on_cpu):
     only_gpu = Kernel(name="test_gpu_only", impl=lambda *a, **k: None, platforms=("gpu",),
                       batch_invariant=True, honours=((KeyPattern(), dispatch.ANY_ACTIVATION),))
     dispatch.register_kernel(only_gpu)
@@ -249,7 +257,25 @@ def test_explain_says_what_the_chosen_kernel_runs(rng):
     assert det.detail["path"] == "pallas"  # cuBLAS's order would follow M
     mx = jqlin.explain((4096, 256), _qw(rng, "mxfp8_a16", n=128, k=256), kernel="pallas_mxfp8")
     assert mx.detail["path"].startswith("dense")
-    assert jqlin.explain((3, 64), _qw(rng)).detail is None  # the XLA kernel: nothing to add
+    with jax.default_device(jax.devices("cpu")[0]):
+        assert jqlin.explain((3, 64), _qw(rng)).detail is None  # the XLA kernel: nothing to add
+
+
+@pytest.mark.gpu
+def test_a_cpu_default_device_runs_the_cpu_kernel_on_a_gpu_machine(rng):
+    """`jax.default_device(cpu)` on a GPU machine: the computation runs on the CPU, where the
+    GPU kernels cannot lower; the dispatcher chose them from jax.devices()[0] (session 35)."""
+    qw, x = _qw(rng, "fp8_ptpc"), rng.standard_normal((3, 64)).astype(F32)
+    assert jqlin.explain(x.shape, qw).platform == "gpu"
+    with jax.default_device(jax.devices("cpu")[0]):
+        ex = jqlin.explain(x.shape, qw)
+        assert ex.chosen == "xla" and ex.platform == "cpu"
+        y = jqlin.matmul(jnp.asarray(x), qw)
+        assert y.devices() == {jax.devices("cpu")[0]}
+    with jax.default_device("cpu"):  # (a platform name)
+        assert jqlin.explain(x.shape, qw).platform == "cpu"
+    on_gpu = np.asarray(jqlin.matmul(x, qw, kernel="xla"))  # (the same codes; float32 sums)
+    np.testing.assert_allclose(np.asarray(y), on_gpu, rtol=1e-5, atol=1e-5 * np.abs(on_gpu).max())
 
 
 @pytest.mark.parametrize("fmt", formats.names())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jqlin
+from jqlin.kernels.xla import reference_activation
 
 # one kernel of each Pallas family (forced: interpret mode on CPU) and the XLA reference
 KERNELS = [("fp8_per_channel_a16", "pallas_fp8_w8a16"), ("fp8_ptpc", "pallas_fp8_w8a8"),
@@ -25,16 +26,57 @@ def _weight(rng, fmt, n=48, k=256):
 @pytest.mark.parametrize("fmt", ["fp8_ptpc", "fp8_block", "nvfp4", "mxfp8"])
 def test_vmap_gives_the_codes_of_each_call(rng, fmt):
     """vmap used to move the activation scales' division by a constant 1 ulp (XLA's
-    reciprocal rewrite reached the divisor broadcast after the barrier): codes at ties moved."""
+    reciprocal rewrite reached the divisor broadcast after the barrier): codes at ties moved.
+    The codes are compared, and the products in deterministic mode (default mode's float32
+    sums may follow the batch size: XLA:GPU's dot of 24 rows is not 3 of 8, session 35)."""
     qw = _weight(rng, fmt)
     # bf16 inputs put many quotients x / s on e4m3 ties
     x = jnp.asarray(rng.standard_normal((3, 8, 256)), jnp.bfloat16).astype(jnp.float32)
-    mapped = np.asarray(jax.vmap(lambda xb: jqlin.matmul(xb, qw, kernel="xla"))(x))
-    one_by_one = np.stack([np.asarray(jqlin.matmul(x[b], qw, kernel="xla")) for b in range(3)])
-    np.testing.assert_array_equal(mapped, one_by_one)
-    stacked = jax.tree.map(lambda a: jnp.stack([a] * 3), qw)  # a stacked weight, mapped along
-    both = np.asarray(jax.vmap(lambda xb, w: jqlin.matmul(xb, w, kernel="xla"))(x, stacked))
-    np.testing.assert_array_equal(both, one_by_one)
+    codes = lambda xb: reference_activation(xb, qw, qw.spec)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(codes)(x)),
+                                  np.stack([np.asarray(codes(x[b])) for b in range(3)]))
+    kernels = ["xla"] + ([] if jax.default_backend() == "cpu" else ["auto"])
+    for kernel in kernels:  # (on the GPU, auto is the format's Pallas kernel)
+        mm = lambda xb, w: jqlin.matmul(xb, w, kernel=kernel, deterministic=True)
+        mapped = np.asarray(jax.vmap(lambda xb: mm(xb, qw))(x))
+        one_by_one = np.stack([np.asarray(mm(x[b], qw)) for b in range(3)])
+        np.testing.assert_array_equal(mapped, one_by_one, err_msg=kernel)
+    others = [qw] + [_weight(rng, fmt) for _ in range(2)]  # a stacked weight, mapped along
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *others)
+    for kernel in kernels:
+        mm = lambda xb, w: jqlin.matmul(xb, w, kernel=kernel, deterministic=True)
+        both = np.asarray(jax.vmap(mm)(x, stacked))
+        np.testing.assert_array_equal(
+            both, np.stack([np.asarray(mm(x[b], others[b])) for b in range(3)]), err_msg=kernel)
+
+
+@pytest.mark.parametrize("kernel", ["xla", "pallas_fp8_w8a8"])
+def test_vmap_composes(rng, kernel):
+    """Nested vmap, a batch axis not first, vmap under jit, vmap of grad; default mode with a
+    stacked weight (JAX's batching) and deterministic mode (one call per entry) give each
+    entry's own rows."""
+    qws = [_weight(rng, "fp8_ptpc", n=16, k=128) for _ in range(2)]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *qws)
+    x = jnp.asarray(rng.standard_normal((2, 3, 5, 128)), jnp.float32)
+    mm = lambda xb, w: jqlin.matmul(xb, w, kernel=kernel, deterministic=True)
+    each = np.stack([np.stack([np.asarray(mm(x[a, b], qws[0])) for b in range(3)])
+                     for a in range(2)])
+    # (the weight an argument: closed over, it is a constant XLA:CPU may fold into another dot)
+    inner = jax.vmap(mm, in_axes=(0, None))
+    nested = jax.jit(jax.vmap(inner, in_axes=(0, None)))(x, qws[0])
+    np.testing.assert_array_equal(np.asarray(nested), each)
+    axis1 = jax.vmap(lambda xb: mm(xb, qws[0]), in_axes=1, out_axes=1)(x[0].transpose(1, 0, 2))
+    np.testing.assert_array_equal(np.asarray(axis1).transpose(1, 0, 2), each[0])
+    default = jax.vmap(lambda xb, w: jqlin.matmul(xb, w, kernel=kernel))(x[:, 0], stacked)
+    for a in range(2):
+        np.testing.assert_allclose(np.asarray(default[a]),
+                                   np.asarray(jqlin.matmul(x[a, 0], qws[a], kernel=kernel)),
+                                   rtol=1e-6, atol=1e-6)
+    loss = lambda xb: jnp.sum(mm(xb, qws[0]) ** 2)
+    grads = jax.vmap(jax.grad(loss))(x[0])
+    for b in range(3):
+        np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(jax.grad(loss)(x[0, b])),
+                                   rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt,kernel", KERNELS)
