@@ -115,8 +115,8 @@ def main(argv=None) -> int:
                    help="products per executable (a model's layers); figures per product")
     p.add_argument("--act", default="auto", choices=["auto", "xla", "pallas"],
                    help="xla: W8A8 / NVFP4 / MX activations by XLA's rules, not the act_quant "
-                        "kernels; pallas: by those kernels at every M, MX's (not routed yet) "
-                        "included (A/B of those kernels, session 32)")
+                        "kernels; pallas: by those kernels at every M (A/B of those kernels, "
+                        "session 32)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.act != "auto":

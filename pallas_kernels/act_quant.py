@@ -4,7 +4,7 @@
   nvfp4_operand  the whole NVFP4 dynamic rule (amax per 16, e4m3 block scale, e2m1 codes) and
                  the W4A4 operand code * block scale, exact in bf16 (session 32);
   mx_operand     the whole MX dynamic rule (amax per 32, e8m0 exponent, e2m1 / e4m3 codes) and
-                 the operand code * 2**k (session 32; not yet run on the GPU, not routed).
+                 the operand code * 2**k (session 32; routed since session 35).
 
 Why kernels of our own: the quotients must be the correctly rounded ones (the producers divide
 in IEEE float32), and XLA's GPU division is not (div.full.f32); jqlin's exact XLA division
@@ -322,9 +322,8 @@ def mx_operand(x: jax.Array, *, elem: str, rule: str, interpret: bool = False) -
     in one pass; exact in bf16 (<= 4 significant bits). Bitwise jqlin.numerics'
     quantize_activation (tests: tests/kernels/test_act_quant.py, interpret mode; a group holding
     a NaN is NaN throughout, its scale NaN) on every input but groups whose amax is below
-    2**-100 (subnormal scales and quotients, which XLA's GPU code flushes to zero). Not yet run
-    on the GPU (session 32): the dispatcher does not route to it
-    (pallas_fp4.MX_OPERAND_KERNEL_MIN_M)."""
+    2**-100 (subnormal scales and quotients, which XLA's GPU code flushes to zero); on the GPU
+    bitwise too (tests/kernels/test_act_quant.py, H200, session 35)."""
     if elem not in _MX_EMAX or rule not in MX_RULES:
         raise ValueError(f"mx_operand: elem must be one of {tuple(_MX_EMAX)} and rule one of "
                          f"{MX_RULES}, got {elem!r}, {rule!r}")

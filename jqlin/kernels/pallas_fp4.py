@@ -25,9 +25,8 @@ pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp
 available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized
 activations are computed here, before the kernel, by the XLA reference's rule
 (`quantize_activation`: two XLA fusions, the amax and one pass, since session 30) -- on the GPU
-for NVFP4 by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand,
-session 32; nvfp4_operand_path; MX's like pass, act_quant.mx_operand, is not routed until it has
-run on the GPU: mx_operand_path) -- so the codes are the reference's codes bit for bit, and are
+by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand, session
+32, nvfp4_operand_path; act_quant.mx_operand, session 35, mx_operand_path) -- so the codes are the reference's codes bit for bit, and are
 handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
   * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
@@ -69,9 +68,9 @@ XLA_GEMM_MIN_M = min(min(MGPU_MAX_M.values()) + 1, DENSE_MIN_M)
 # NVFP4 W4A4 activation operand by one Pallas pass from this M on (GPU): 0.30-0.50x the XLA
 # rule's time at M = 1-4096 (H200, session 32)
 NVFP4_OPERAND_KERNEL_MIN_M = 1
-# MX activation operand by one Pallas pass from this M on (GPU); None: not routed --
-# act_quant.mx_operand has passed its tests in interpret mode only (session 32)
-MX_OPERAND_KERNEL_MIN_M: int | None = None
+# MX activation operand by one Pallas pass from this M on (GPU): 0.35-0.49x the XLA rule's time
+# at M = 1-4096, K = 4096 / 8192 (H200, session 35; its GPU tests bitwise); None: not routed
+MX_OPERAND_KERNEL_MIN_M: int | None = 1
 _E2M1, _E4M3, _E8M0 = ("float4_e2m1fn",), ("float8_e4m3fn",), ("float8_e8m0fnu",)
 _G = (Granularity.GROUP,)
 

@@ -349,21 +349,25 @@ def test_mx_operand_rejects_bad_arguments():
         mx_activation_operand(jnp.ones((4, 256)), qw, spec.activation, operand="triton")
 
 
-def test_mx_operand_is_not_routed_until_it_runs_on_the_gpu(monkeypatch):
-    """MX_OPERAND_KERNEL_MIN_M None: the dispatcher keeps XLA's MX rule on every backend, and
-    says so; set, the path follows it as the NVFP4 one does."""
+def test_mx_operand_is_routed_on_the_gpu(monkeypatch):
+    """From MX_OPERAND_KERNEL_MIN_M (1 since its GPU tests passed, session 35) the GPU takes
+    the Pallas pass where K suits it, and explain says so; None routes nothing; interpret mode
+    and the CPU keep XLA's rule."""
     from jqlin.kernels import pallas_fp4
     from jqlin.kernels.pallas_fp4 import describe_config, mx_operand_path
+    assert mx_operand_path(1, 4096) == ("pallas" if jax.default_backend() == "gpu" else "xla")
     monkeypatch.setattr(pallas_fp4.jax, "default_backend", lambda: "gpu")
-    assert pallas_fp4.MX_OPERAND_KERNEL_MIN_M is None
-    assert mx_operand_path(4096, 4096) == "xla"
-    qw, spec = _mx_weight("mxfp8", "compressed-tensors", 512)
-    assert "XLA" in describe_config("pallas_mxfp8", 4096, qw, spec, jnp.bfloat16,
-                                    False)["activation_operand"]
-    monkeypatch.setattr(pallas_fp4, "MX_OPERAND_KERNEL_MIN_M", 1)
+    assert pallas_fp4.MX_OPERAND_KERNEL_MIN_M == 1
     assert mx_operand_path(1, 4096) == "pallas"
+    qw, spec = _mx_weight("mxfp8", "compressed-tensors", 512)
+    assert "act_quant.mx_operand" in describe_config("pallas_mxfp8", 4096, qw, spec,
+                                                     jnp.bfloat16, False)["activation_operand"]
     assert mx_operand_path(4096, 4000) == "xla"
     assert mx_operand_path(4096, 4096, interpret=True) == "xla"
+    monkeypatch.setattr(pallas_fp4, "MX_OPERAND_KERNEL_MIN_M", None)
+    assert mx_operand_path(4096, 4096) == "xla"
+    assert "XLA" in describe_config("pallas_mxfp8", 4096, qw, spec, jnp.bfloat16,
+                                    False)["activation_operand"]
 
 
 @pytest.mark.gpu
