@@ -52,6 +52,7 @@ SHAPES: dict[str, list[tuple[int, int]]] = {
 }
 M_VALUES = (1, 16, 64, 256, 1024, 4096, 16384)
 L2_ROTATE_BYTES = 192 << 20  # weights rotated over >= 3x the H200's 60 MB L2
+SMALL_SHAPE, CPU_SHAPE = "4096x4096", "512x512"  # `jqlin bench`'s default shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,8 +385,9 @@ def run(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int], ops: Sequence
     copy_bw = measure_copy_bandwidth() if not on_cpu else float("nan")
     xor_bw = measure_copy_bandwidth(kind="xor") if not on_cpu else float("nan")
     log(f"device: {dev.device_kind} ({dev.platform}); jax {jax.__version__}; "
-        f"copy bandwidth {copy_bw / 1e12:.3f} TB/s, elementwise {xor_bw / 1e12:.3f} TB/s "
-        f"(read+write)")
+        + ("copy bandwidth not measured on a CPU (BWfrac: -)" if on_cpu else
+           f"copy bandwidth {copy_bw / 1e12:.3f} TB/s, elementwise {xor_bw / 1e12:.3f} TB/s "
+           f"(read+write)"))
     result = {"device": dev.device_kind, "platform": dev.platform, "jax_version": jax.__version__,
               "copy_bandwidth_Bps": copy_bw, "elementwise_bandwidth_Bps": xor_bw,
               "records": []}
@@ -529,6 +531,11 @@ def _write_json(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def _frac(v) -> str:
+    """A bandwidth fraction for the table; '-' where none was measured (NaN on a CPU)."""
+    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
 def format_table(records: Sequence[dict]) -> str:
     rows = []
     for r in records:
@@ -539,7 +546,7 @@ def format_table(records: Sequence[dict]) -> str:
         sp = r.get("speedup_vs_bf16")
         rows.append(f"{r['model']:<12} {r['K']:>6} {r['N']:>6} {r['M']:>6} {r['label']:<42} "
                     f"{r['median_us']:>10.1f} {r.get('time_basis', '')[:3]:>4} "
-                    f"{r['tflops']:>8.1f} {r['frac_copy_bw']:>6.2f} "
+                    f"{r['tflops']:>8.1f} {_frac(r['frac_copy_bw']):>6} "
                     f"{'' if sp is None else f'{sp:6.2f}x'}")
     head = (f"{'model':<12} {'K':>6} {'N':>6} {'M':>6} {'op':<42} {'us':>10} {'by':>4} "
             f"{'TFLOP/s':>8} {'BWfrac':>6} vs bf16")
@@ -568,43 +575,124 @@ def parse_shapes(spec: str) -> list[tuple[str, int, int]]:
         elif item == "all":
             out += [(mdl, k, n) for mdl, lst in SHAPES.items() for k, n in lst]
         else:
-            k, n = (int(v) for v in item.lower().split("x"))
+            try:
+                k, n = (int(v) for v in item.lower().split("x"))
+            except ValueError:
+                raise ValueError(f"shape {item!r}: expected a model name ({', '.join(SHAPES)}), "
+                                 "'all' or KxN (e.g. 4096x4096)") from None
+            if k <= 0 or n <= 0:
+                raise ValueError(f"shape {item!r}: K and N must be positive")
             model = next((mdl for mdl, lst in SHAPES.items() if (k, n) in lst), "custom")
             out.append((model, k, n))
     return out
 
 
 def add_arguments(p: argparse.ArgumentParser, *, small: bool) -> None:
-    p.add_argument("--shapes", default="4096x4096" if small else "all",
-                   help="model names (%s), 'all', or KxN list" % ", ".join(SHAPES))
+    p.add_argument("--shapes", default=None if small else "all",
+                   help="model names (%s), 'all', or KxN list (default: %s)"
+                        % (", ".join(SHAPES), f"{SMALL_SHAPE}, {CPU_SHAPE} on a CPU"
+                           if small else "all"))
     p.add_argument("--m", default="1,16,256" if small else ",".join(map(str, M_VALUES)),
                    help="comma-separated M values")
     p.add_argument("--formats", default="auto",
                    help="jqlin format names, or 'auto': those whose auto kernel is not xla")
     p.add_argument("--kernels", default="",
                    help="force these registered kernels instead of each format's auto choice")
-    p.add_argument("--modes", default="default,det")
+    p.add_argument("--modes", default="default,det", help="comma-separated: default, det")
     p.add_argument("--xla-ref-max-m", type=int, default=16,
                    help="time the f32 XLA reference path up to this M (0: never)")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=5, help="timed samples per case (>= 1)")
     p.add_argument("--json", default="", help="write the results here")
 
 
+def _parse_list(text: str, what: str) -> list[str]:
+    items = [v.strip() for v in text.split(",")]
+    if not text.strip() or any(not v for v in items):
+        raise ValueError(f"{what}: expected a comma-separated list, got {text!r}")
+    return items
+
+
+def _check_args(args) -> tuple[list[tuple[str, int, int]], list[int], list[str] | None,
+                                list[str] | None, tuple[str, ...]]:
+    """The bench arguments checked before any work: (shapes, ms, formats or None for auto,
+    kernels or None, modes); a ValueError names the argument at fault."""
+    try:
+        shapes = parse_shapes(args.shapes)
+    except ValueError as e:
+        raise ValueError(f"--shapes: {e}") from None
+    ms = []
+    for v in _parse_list(args.m, "--m"):
+        try:
+            m = int(v)
+        except ValueError:
+            m = 0
+        if m <= 0:
+            raise ValueError(f"--m: expected positive integers, got {v!r}")
+        ms.append(m)
+    fmts = None
+    if args.formats != "auto":
+        fmts = _parse_list(args.formats, "--formats")
+        unknown = [f for f in fmts if f not in formats.names()]
+        if unknown:
+            raise ValueError(f"--formats: unknown format {unknown[0]!r} (registered: "
+                             f"{', '.join(formats.names())}, or 'auto')")
+    kernels = None
+    if args.kernels:
+        kernels = _parse_list(args.kernels, "--kernels")
+        registry = dispatch.registered_kernels()
+        unknown = [k for k in kernels if k not in registry]
+        if unknown:
+            raise ValueError(f"--kernels: unknown kernel {unknown[0]!r} (registered: "
+                             f"{', '.join(registry)})")
+    modes = tuple(_parse_list(args.modes, "--modes"))
+    if any(mode not in ("default", "det") for mode in modes):
+        raise ValueError(f"--modes: expected 'default' and/or 'det', got {args.modes!r}")
+    if args.reps < 1:
+        raise ValueError(f"--reps: expected at least 1, got {args.reps}")
+    if args.xla_ref_max_m < 0:
+        raise ValueError(f"--xla-ref-max-m: expected >= 0 (0: never), got {args.xla_ref_max_m}")
+    if args.json:
+        parent = os.path.dirname(os.path.abspath(args.json))
+        if os.path.isdir(args.json) or not os.path.isdir(parent):
+            raise ValueError(f"--json {args.json}: expected a file path in an existing "
+                             "directory")
+    return shapes, ms, fmts, kernels, modes
+
+
 def main_from_args(args) -> int:
-    if jax.default_backend() == "cpu" and args.shapes == "4096x4096":
-        print("CPU backend: shrinking the default shape to 512x512 (a smoke test, not a "
-              "benchmark)", file=sys.stderr)
-        args.shapes = "512x512"
-    fmts = default_formats() if args.formats == "auto" else args.formats.split(",")
-    if not fmts:
-        print("no format has a non-XLA kernel on this device (CPU?): timing the XLA path of "
-              "fp8 formats as a smoke test", file=sys.stderr)
-        fmts = ["fp8_per_channel_a16", "fp8_ptpc"]
-    kernels = [k for k in args.kernels.split(",") if k] or None
-    ops = build_ops(fmts, kernels, modes=tuple(args.modes.split(",")),
-                    xla_ref_max_m=args.xla_ref_max_m)
-    run_and_report(parse_shapes(args.shapes), [int(v) for v in args.m.split(",")], ops,
-                   reps=args.reps, out=args.json)
+    on_cpu = jax.default_backend() == "cpu"
+    default_shape = args.shapes is None
+    if default_shape:
+        args.shapes = CPU_SHAPE if on_cpu else SMALL_SHAPE
+    try:
+        shapes, ms, fmts, kernels, modes = _check_args(args)
+    except ValueError as e:
+        print(f"jqlin bench: error: {e}", file=sys.stderr)
+        return 2
+    if fmts is None:
+        fmts = default_formats()
+        if not fmts:
+            print("no format has a non-XLA kernel on this device (CPU?): timing the XLA path "
+                  "of fp8 formats as a smoke test", file=sys.stderr)
+            fmts = ["fp8_per_channel_a16", "fp8_ptpc"]
+    if kernels:
+        registry = dispatch.registered_kernels()
+        for kn in kernels:
+            if all(registry[kn].spec_mismatch(formats.get(f)) is not None for f in fmts):
+                print(f"jqlin bench: error: --kernels {kn}: handles none of the formats "
+                      f"{', '.join(fmts)} ({registry[kn].spec_mismatch(formats.get(fmts[0]))})",
+                      file=sys.stderr)
+                return 2
+    if on_cpu:
+        print(f"CPU backend: {'default shape ' + CPU_SHAPE + ', ' if default_shape else ''}"
+              "a smoke test, not a benchmark", file=sys.stderr)
+    ops = build_ops(fmts, kernels, modes=modes, xla_ref_max_m=args.xla_ref_max_m)
+    res = run_and_report(shapes, ms, ops, reps=args.reps, out=args.json)
+    failed = sum(1 for r in res["records"] if "error" in r)
+    if failed:
+        print(f"jqlin bench: {failed} of {len(res['records'])} case(s) failed (ERROR rows "
+              "above)", file=sys.stderr)
+        return 1
     return 0
 
 

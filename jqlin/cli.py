@@ -10,6 +10,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from .errors import JqlinError
+
 # subcommand -> "module:function(subparsers)" that adds its parser (and sets `func`)
 _SUBCOMMANDS = {
     "demo": "jqlin.demo:add_parser",
@@ -39,4 +41,8 @@ def _unavailable(e: Exception) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except JqlinError as e:  # a deliberate error names what is at fault: no traceback
+        print(f"jqlin {args.command}: error: {e}", file=sys.stderr)
+        return 1

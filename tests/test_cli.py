@@ -15,3 +15,54 @@ def test_demo_runs_every_format_and_the_shipped_checkpoint():
         assert f"\n{name} " in out.stdout
     assert "converting" in out.stdout and "generated:" in out.stdout
     assert "relative Frobenius error" in out.stdout and "top-1 agreement" in out.stdout
+
+
+def test_bench_bad_arguments_are_one_line_errors(capsys):
+    """Each bad bench argument is named before any work: exit 2, no traceback, no NaN rows."""
+    from jqlin.cli import main
+    for argv, needle in [(["--m", "0"], "--m: expected positive integers, got '0'"),
+                         (["--m", "1,,2"], "--m: expected a comma-separated list"),
+                         (["--m", "x"], "--m: expected positive integers, got 'x'"),
+                         (["--formats", "bogus"], "--formats: unknown format 'bogus'"),
+                         (["--kernels", "bogus"], "--kernels: unknown kernel 'bogus'"),
+                         (["--kernels", "pallas_nvfp4"], "--kernels pallas_nvfp4: handles none"),
+                         (["--shapes", "foo"], "--shapes: shape 'foo'"),
+                         (["--shapes", "0x64"], "--shapes: shape '0x64': K and N must be positive"),
+                         (["--modes", "bogus"], "--modes: expected 'default' and/or 'det'"),
+                         (["--reps", "0"], "--reps: expected at least 1"),
+                         (["--xla-ref-max-m", "-1"], "--xla-ref-max-m: expected >= 0"),
+                         (["--json", "/nonexistent/dir/x.json"], "--json /nonexistent/dir/x.json")]:
+        assert main(["bench", "--formats", "fp8_ptpc", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"jqlin bench: error: {needle}"), (argv, err)
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_bench_keeps_an_explicit_shape_and_fails_on_error_rows(monkeypatch, capsys):
+    """--shapes 4096x4096 given on a CPU is timed as asked (it was silently shrunk to 512x512,
+    the default's CPU stand-in); a run with ERROR rows exits 1; no 'nan' in the table."""
+    import math
+    from jqlin import bench
+    from jqlin.cli import main
+    seen = {}
+
+    def fake(shapes, ms, ops, reps, out):
+        seen.update(shapes=shapes, ms=ms)
+        return {"records": [{"error": "boom"}, {}]}
+    monkeypatch.setattr(bench, "run_and_report", fake)
+    assert main(["bench", "--shapes", "4096x4096", "--m", "1,3", "--formats", "fp8_ptpc"]) == 1
+    assert seen == {"shapes": [("llama3-8b", 4096, 4096)], "ms": [1, 3]}
+    assert "1 of 2 case(s) failed" in capsys.readouterr().err
+    row = dict(model="m", K=1, N=1, M=1, label="bf16", median_us=1.0, time_basis="wall",
+               tflops=0.0, frac_copy_bw=math.nan, speedup_vs_bf16=1.0)
+    assert "nan" not in bench.format_table([row])
+
+
+def test_deliberate_errors_of_any_subcommand_have_no_traceback(tmp_path, monkeypatch, capsys):
+    """demo --checkpoint MISSING raised a CheckpointError traceback (after part 1's table)."""
+    from jqlin import demo
+    from jqlin.cli import main
+    monkeypatch.setattr(demo, "format_table", lambda *a, **k: [])
+    assert main(["demo", "--checkpoint", str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("jqlin demo: error:") and "not a checkpoint directory" in err

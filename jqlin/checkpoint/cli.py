@@ -61,7 +61,8 @@ def add_convert_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--exclude", metavar="PATTERN", action="append", default=[],
                    help="fnmatch pattern of modules to leave unquantized (repeatable); lm_head, "
                         "embeddings, norms and routers are always left alone")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing DST (a checkpoint directory, or an empty one)")
     p.add_argument("--max-shard-size", type=_size, default=4 << 30, metavar="SIZE",
                    help="split the output into shards of at most SIZE (default 4GiB)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -69,8 +70,25 @@ def add_convert_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _flag_error(args) -> str | None:
+    """Flags that contradict each other or the destination, named as on the command line."""
+    if args.quantize is None:
+        for flag, given in (("--input-amax", args.input_amax), ("--exclude", args.exclude)):
+            if given:
+                return f"{flag} is only used together with --quantize"
+    elif args.input_amax and not formats.get(args.quantize).static_input_scale:
+        static = [f for f in formats.names() if formats.get(f).static_input_scale]
+        return (f"--input-amax: --quantize {args.quantize} has no static activation scale "
+                f"(formats that do: {', '.join(static)})")
+    return None
+
+
 def _convert(args) -> int:
     from .convert import convert
+    problem = _flag_error(args)
+    if problem:
+        print(f"jqlin convert: error: {problem}", file=sys.stderr)
+        return 2
     try:
         amax = None
         if args.input_amax:

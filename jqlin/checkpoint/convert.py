@@ -189,6 +189,9 @@ def _check_exclude(store: TensorStore, exclude: Sequence[str]) -> None:
                                   f"(module names look like {example!r}; fnmatch patterns)")
 
 
+_CHECKPOINT_MARKERS = ("config.json", native.METADATA_FILE)
+
+
 def _destination(src: pathlib.Path, dst: pathlib.Path, overwrite: bool) -> pathlib.Path:
     """dst checked before any work: replacing it must never delete the source."""
     if dst.exists() and not overwrite:
@@ -199,6 +202,12 @@ def _destination(src: pathlib.Path, dst: pathlib.Path, overwrite: bool) -> pathl
                               "replacing it would delete the source (choose another destination)")
     if dst.exists() and not dst.is_dir():
         raise CheckpointError(f"{dst}: exists and is not a directory (a checkpoint is one)")
+    if dst.is_dir() and not any((dst / f).is_file() for f in _CHECKPOINT_MARKERS) \
+            and any(dst.iterdir()):
+        # (overwrite replaces a checkpoint; a mistyped dst must not delete someone's directory)
+        raise CheckpointError(f"{dst}: overwrite replaces a checkpoint directory, but this one "
+                              f"holds none of {', '.join(_CHECKPOINT_MARKERS)} and is not empty "
+                              "(refusing to delete it)")
     return real_dst
 
 

@@ -70,3 +70,35 @@ def test_module_entry_point_has_no_traceback(tmp_path):
                         "--no-progress"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "quant_method 'awq' is not supported" in r.stderr
+
+
+def test_convert_overwrite_refuses_a_directory_that_is_no_checkpoint(tmp_path, fixtures_dir,
+                                                                    capsys):
+    """--overwrite into a non-empty directory without config.json deleted all of it (a typo'd
+    DST such as a home directory); an empty directory or a checkpoint is still replaced."""
+    dst = tmp_path / "precious"
+    (dst / "docs").mkdir(parents=True)
+    (dst / "docs" / "thesis.txt").write_text("keep me")
+    assert main(["convert", str(fixtures_dir / "ct_mxfp8"), str(dst), "--overwrite",
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"{dst}: overwrite replaces a checkpoint directory" in err and "refusing" in err
+    assert "Traceback" not in err
+    assert (dst / "docs" / "thesis.txt").read_text() == "keep me"
+    (tmp_path / "empty").mkdir()
+    assert main(["convert", str(fixtures_dir / "ct_mxfp8"), str(tmp_path / "empty"),
+                 "--overwrite", "--no-progress"]) == 0
+
+
+def test_convert_flag_conflicts_name_the_flags(tmp_path, fixtures_dir, capsys):
+    """The messages named the Python API (`quantize=`, `input_amax`) instead of the flags."""
+    amax = tmp_path / "amax.json"
+    amax.write_text("{}")
+    src, dst = str(fixtures_dir / "bf16"), str(tmp_path / "o")
+    for argv, needle in [(["--input-amax", str(amax)], "--input-amax is only used together"),
+                         (["--exclude", "*q_proj"], "--exclude is only used together"),
+                         (["--quantize", "fp8_block", "--input-amax", str(amax)],
+                          "--input-amax: --quantize fp8_block has no static activation scale")]:
+        assert main(["convert", src, dst, "--no-progress", *argv]) == 2, argv
+        assert capsys.readouterr().err.startswith(f"jqlin convert: error: {needle}"), argv
+    assert not (tmp_path / "o").exists()

@@ -34,6 +34,20 @@ def test_a_destination_holding_the_source_is_refused(fixtures_dir, tmp_path, whe
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+def test_overwrite_replaces_only_a_checkpoint_or_an_empty_directory(fixtures_dir, tmp_path):
+    """overwrite=True deleted whatever directory dst named (a mistyped home directory)."""
+    dst = tmp_path / "precious"
+    (dst / "docs").mkdir(parents=True)
+    (dst / "docs" / "thesis.txt").write_text("keep me")
+    with pytest.raises(jqlin.CheckpointError, match="holds none of config.json, jqlin_quant.json"):
+        convert(fixtures_dir / "ct_mxfp8", dst, overwrite=True, progress=False)
+    assert (dst / "docs" / "thesis.txt").read_text() == "keep me"
+    (tmp_path / "empty").mkdir()
+    for _ in range(2):  # an empty directory, then the checkpoint written there
+        convert(fixtures_dir / "ct_mxfp8", tmp_path / "empty", overwrite=True, progress=False)
+    assert (tmp_path / "empty" / "jqlin_quant.json").is_file()
+
+
 def test_an_unusable_destination_is_a_checkpoint_error(fixtures_dir, tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(jqlin.CheckpointError, match="cannot create the destination's directory"):
