@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 import time
 
 import jax
@@ -57,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     dev = jax.devices()[0]
     print(f"jqlin demo on {dev.platform}: {dev.device_kind}; x bf16 ({args.m}, {args.k}), "
           f"W ({args.n}, {args.k}), kernel='auto', deterministic={args.deterministic}\n")
+    if not pathlib.Path(args.checkpoint).is_dir():  # (said before part 1's minutes, not after)
+        print(f"jqlin demo: error: --checkpoint {args.checkpoint}: not a directory",
+              file=sys.stderr)
+        return 2
     print_table(format_table(args.m, args.n, args.k, deterministic=args.deterministic))
     try:
         from .models.demo import run_llama_demo
@@ -68,11 +73,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="run every format through the dispatcher, then a small model")
-    p.add_argument("--m", type=int, default=16)
-    p.add_argument("--n", type=int, default=1024)
-    p.add_argument("--k", type=int, default=1024)
+    p.add_argument("--m", type=_positive, default=16, help="activation rows (default 16)")
+    p.add_argument("--n", type=_positive, default=1024, help="out_features (default 1024)")
+    p.add_argument("--k", type=_positive, default=1024, help="in_features (default 1024)")
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--checkpoint", default=str(SHIPPED),
                    help="checkpoint directory for the model demo (default: the shipped one)")

@@ -63,6 +63,15 @@ def test_deliberate_errors_of_any_subcommand_have_no_traceback(tmp_path, monkeyp
     from jqlin import demo
     from jqlin.cli import main
     monkeypatch.setattr(demo, "format_table", lambda *a, **k: [])
-    assert main(["demo", "--checkpoint", str(tmp_path / "missing")]) == 1
+    assert main(["demo", "--checkpoint", str(tmp_path / "missing")]) == 2  # (before part 1)
     err = capsys.readouterr().err
-    assert err.startswith("jqlin demo: error:") and "not a checkpoint directory" in err
+    assert err.startswith("jqlin demo: error: --checkpoint") and "not a directory" in err
+    (tmp_path / "empty").mkdir()  # a directory, but no checkpoint: the loader's error
+    assert main(["demo", "--checkpoint", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("jqlin demo: error:") and "Traceback" not in err
+    for argv in (["--m", "0"], ["--n", "-4"], ["--k", "x"]):  # (a ValueError deep in part 1)
+        with pytest.raises(SystemExit) as e:
+            main(["demo", *argv])
+        assert e.value.code == 2
+        assert f"argument {argv[0]}: expected a positive integer" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import re
 import sys
 
 from .. import formats
+from . import native
 from ..errors import JqlinError
 
 __all__ = ["add_inspect_parser", "add_convert_parser"]
@@ -107,5 +108,10 @@ def _convert(args) -> int:
     except JqlinError as e:
         print(f"jqlin convert: error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {dst}")
+    layers = json.loads((dst / native.METADATA_FILE).read_text())["layers"]
+    if layers:
+        print(f"wrote {dst} ({len(layers)} quantized layers)")
+    else:  # (a copy in jqlin's layout: say so, it is rarely what was meant)
+        print(f"wrote {dst} (no quantized layer: the source holds none; --quantize FORMAT "
+              "quantizes it)")
     return 0

@@ -117,6 +117,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, quantize: str | N
                                   "needs a bf16/fp32 checkpoint")
         _check_exclude(store, exclude)
         to_quantize = quantizable_weights(store, exclude)
+        if not to_quantize:
+            raise CheckpointError(f"{source.path}: no weight to quantize (every Linear weight "
+                                  "is excluded, or none is a 2-D float Linear weight)")
         static = _static_scales(spec, [split_name(n)[0] for n in to_quantize], input_amax)
     elif input_amax:
         raise CheckpointError("input_amax is only used together with quantize=")

@@ -102,3 +102,17 @@ def test_convert_flag_conflicts_name_the_flags(tmp_path, fixtures_dir, capsys):
         assert main(["convert", src, dst, "--no-progress", *argv]) == 2, argv
         assert capsys.readouterr().err.startswith(f"jqlin convert: error: {needle}"), argv
     assert not (tmp_path / "o").exists()
+
+
+def test_convert_says_how_many_layers_it_quantized(tmp_path, fixtures_dir, capsys):
+    """A bf16 source without --quantize is copied in jqlin's layout: say so (it printed only
+    'wrote DST'); excluding every Linear weight is an error, not an unquantized copy."""
+    assert main(["convert", str(fixtures_dir / "bf16"), str(tmp_path / "a"), "--no-progress"]) == 0
+    assert "no quantized layer: the source holds none; --quantize FORMAT" in capsys.readouterr().out
+    assert main(["convert", str(fixtures_dir / "ct_mxfp8"), str(tmp_path / "b"),
+                 "--no-progress"]) == 0
+    assert "(14 quantized layers)" in capsys.readouterr().out
+    assert main(["convert", str(fixtures_dir / "bf16"), str(tmp_path / "c"), "--quantize",
+                 "fp8_ptpc", "--exclude", "*", "--no-progress"]) == 1
+    assert "no weight to quantize (every Linear weight is excluded" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
