@@ -74,9 +74,11 @@ def test_vmap_composes(rng, kernel):
                                    rtol=1e-6, atol=1e-6)
     loss = lambda xb: jnp.sum(mm(xb, qws[0]) ** 2)
     grads = jax.vmap(jax.grad(loss))(x[0])
+    of_mapped = jax.grad(lambda xx: jnp.sum(jax.vmap(lambda xb: mm(xb, qws[0]))(xx) ** 2))(x[0])
     for b in range(3):
-        np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(jax.grad(loss)(x[0, b])),
-                                   rtol=1e-5, atol=1e-5)
+        want = np.asarray(jax.grad(loss)(x[0, b]))
+        np.testing.assert_allclose(np.asarray(grads[b]), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(of_mapped[b]), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt,kernel", KERNELS)
