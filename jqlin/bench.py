@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from . import dispatch, formats, qweight
+from .cli import positive_int
 
 __all__ = ["SHAPES", "Op", "bf16_op", "xla_fp8_op", "kernel_op", "build_ops", "measure_copy_bandwidth", "run", "run_and_report", "add_parser", "main"]
 
@@ -601,7 +602,7 @@ def add_arguments(p: argparse.ArgumentParser, *, small: bool) -> None:
     p.add_argument("--modes", default="default,det", help="comma-separated: default, det")
     p.add_argument("--xla-ref-max-m", type=int, default=16,
                    help="time the f32 XLA reference path up to this M (0: never)")
-    p.add_argument("--reps", type=int, default=5, help="timed samples per case (>= 1)")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed samples per case")
     p.add_argument("--json", default="", help="write the results here")
 
 
@@ -620,15 +621,10 @@ def _check_args(args) -> tuple[list[tuple[str, int, int]], list[int], list[str] 
         shapes = parse_shapes(args.shapes)
     except ValueError as e:
         raise ValueError(f"--shapes: {e}") from None
-    ms = []
-    for v in _parse_list(args.m, "--m"):
-        try:
-            m = int(v)
-        except ValueError:
-            m = 0
-        if m <= 0:
-            raise ValueError(f"--m: expected positive integers, got {v!r}")
-        ms.append(m)
+    try:
+        ms = [positive_int(v) for v in _parse_list(args.m, "--m")]
+    except argparse.ArgumentTypeError as e:
+        raise ValueError(f"--m: {e}") from None
     fmts = None
     if args.formats != "auto":
         fmts = _parse_list(args.formats, "--formats")
@@ -647,8 +643,6 @@ def _check_args(args) -> tuple[list[tuple[str, int, int]], list[int], list[str] 
     modes = tuple(_parse_list(args.modes, "--modes"))
     if any(mode not in ("default", "det") for mode in modes):
         raise ValueError(f"--modes: expected 'default' and/or 'det', got {args.modes!r}")
-    if args.reps < 1:
-        raise ValueError(f"--reps: expected at least 1, got {args.reps}")
     if args.xla_ref_max_m < 0:
         raise ValueError(f"--xla-ref-max-m: expected >= 0 (0: never), got {args.xla_ref_max_m}")
     if args.json:

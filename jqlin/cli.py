@@ -12,6 +12,17 @@ from typing import Sequence
 
 from .errors import JqlinError
 
+
+def positive_int(text: str) -> int:
+    """An argparse type (and the subcommands' own list checks): an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
 # subcommand -> "module:function(subparsers)" that adds its parser (and sets `func`)
 _SUBCOMMANDS = {
     "demo": "jqlin.demo:add_parser",

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import formats
+from .cli import positive_int
 from .dispatch import explain, matmul
 from .qweight import quantize
 
@@ -73,21 +74,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="run every format through the dispatcher, then a small model")
-    p.add_argument("--m", type=_positive, default=16, help="activation rows (default 16)")
-    p.add_argument("--n", type=_positive, default=1024, help="out_features (default 1024)")
-    p.add_argument("--k", type=_positive, default=1024, help="in_features (default 1024)")
+    p.add_argument("--m", type=positive_int, default=16, help="activation rows (default 16)")
+    p.add_argument("--n", type=positive_int, default=1024, help="out_features (default 1024)")
+    p.add_argument("--k", type=positive_int, default=1024, help="in_features (default 1024)")
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--checkpoint", default=str(SHIPPED),
                    help="checkpoint directory for the model demo (default: the shipped one)")

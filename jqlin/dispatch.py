@@ -331,15 +331,13 @@ def _differentiable(name: str, spec: QuantSpec, deterministic: bool,
     @call.def_vmap
     def call_batched(size: int, batched, x2: jax.Array, qw: QuantizedWeight):
         x_batched, qw_batched = batched
+        xs = x2 if x_batched else jnp.broadcast_to(x2, (size, *x2.shape))
         if not any(jax.tree.leaves(qw_batched)):  # one weight: the batch is more rows
-            xs = x2 if x_batched else jnp.broadcast_to(x2, (size, *x2.shape))
             return call(xs.reshape(-1, xs.shape[-1]), qw).reshape(size, xs.shape[1], -1), True
         if not deterministic:  # a weight per entry: JAX's batching (one launch)
-            axes = (0 if x_batched else None, jax.tree.map(lambda b: 0 if b else None,
-                                                            qw_batched))
-            return jax.vmap(kernel_call, in_axes=axes)(x2, qw), True
+            axes = (0, jax.tree.map(lambda b: 0 if b else None, qw_batched))
+            return jax.vmap(kernel_call, in_axes=axes)(xs, qw), True
         # deterministic: the same call as without vmap, entry after entry
-        xs = x2 if x_batched else jnp.broadcast_to(x2, (size, *x2.shape))
         qws = jax.tree.map(lambda a, b: a if b else jnp.broadcast_to(a, (size, *a.shape)),
                            qw, qw_batched)
         return seq_map(lambda args: call(*args), (xs, qws)), True

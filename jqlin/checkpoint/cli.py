@@ -71,25 +71,8 @@ def add_convert_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _flag_error(args) -> str | None:
-    """Flags that contradict each other or the destination, named as on the command line."""
-    if args.quantize is None:
-        for flag, given in (("--input-amax", args.input_amax), ("--exclude", args.exclude)):
-            if given:
-                return f"{flag} is only used together with --quantize"
-    elif args.input_amax and not formats.get(args.quantize).static_input_scale:
-        static = [f for f in formats.names() if formats.get(f).static_input_scale]
-        return (f"--input-amax: --quantize {args.quantize} has no static activation scale "
-                f"(formats that do: {', '.join(static)})")
-    return None
-
-
 def _convert(args) -> int:
     from .convert import convert
-    problem = _flag_error(args)
-    if problem:
-        print(f"jqlin convert: error: {problem}", file=sys.stderr)
-        return 2
     try:
         amax = None
         if args.input_amax:

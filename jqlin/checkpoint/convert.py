@@ -66,9 +66,11 @@ def _static_scales(spec: QuantSpec, modules: list[str],
                    input_amax: Mapping[str, float] | None) -> dict[str, jnp.ndarray]:
     """Static activation scales (the key's own convention) from per-module input amax."""
     if not spec.static_input_scale:
-        if input_amax:
-            raise CheckpointError("input_amax given, but the target format's activations need "
-                                  "no static scale")
+        if input_amax is not None:
+            static = [f for f in formats.names() if formats.get(f).static_input_scale]
+            name = formats.name_of(spec) or spec.describe()
+            raise CheckpointError(f"input_amax= / --input-amax given, but {name}'s activations "
+                                  f"need no static scale (formats that do: {', '.join(static)})")
         return {}
     input_amax = dict(input_amax or {})
     missing = [m for m in modules if m not in input_amax]
@@ -121,11 +123,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, quantize: str | N
             raise CheckpointError(f"{source.path}: no weight to quantize (every Linear weight "
                                   "is excluded, or none is a 2-D float Linear weight)")
         static = _static_scales(spec, [split_name(n)[0] for n in to_quantize], input_amax)
-    elif input_amax:
-        raise CheckpointError("input_amax is only used together with quantize=")
+    elif input_amax is not None:
+        raise CheckpointError("input_amax= / --input-amax is only used together with "
+                              "quantize= / --quantize")
     elif exclude:
-        raise CheckpointError("exclude is only used together with quantize= (a quantized "
-                              "checkpoint's layers are converted as stored)")
+        raise CheckpointError("exclude= / --exclude is only used together with quantize= / "
+                              "--quantize (a quantized checkpoint's layers are converted as "
+                              "stored)")
 
     if (isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int)
             or max_shard_bytes <= 0):

@@ -95,11 +95,13 @@ def test_convert_flag_conflicts_name_the_flags(tmp_path, fixtures_dir, capsys):
     amax = tmp_path / "amax.json"
     amax.write_text("{}")
     src, dst = str(fixtures_dir / "bf16"), str(tmp_path / "o")
-    for argv, needle in [(["--input-amax", str(amax)], "--input-amax is only used together"),
-                         (["--exclude", "*q_proj"], "--exclude is only used together"),
+    for argv, needle in [(["--input-amax", str(amax)], "input_amax= / --input-amax is only used "
+                                                       "together with quantize= / --quantize"),
+                         (["--exclude", "*q_proj"], "exclude= / --exclude is only used together"),
                          (["--quantize", "fp8_block", "--input-amax", str(amax)],
-                          "--input-amax: --quantize fp8_block has no static activation scale")]:
-        assert main(["convert", src, dst, "--no-progress", *argv]) == 2, argv
+                          "input_amax= / --input-amax given, but fp8_block's activations need "
+                          "no static scale (formats that do: fp8_per_tensor, nvfp4)")]:
+        assert main(["convert", src, dst, "--no-progress", *argv]) == 1, argv
         assert capsys.readouterr().err.startswith(f"jqlin convert: error: {needle}"), argv
     assert not (tmp_path / "o").exists()
 

@@ -91,7 +91,7 @@ def test_options_that_would_do_nothing_are_refused(tmp_path, rng, fixtures_dir, 
     with pytest.raises(jqlin.CheckpointError, match="'*.mlp.down_projj' matches no module"):
         convert(tmp_path / "bf16", tmp_path / "q", quantize="fp8_ptpc",
                 exclude=["*.mlp.down_projj"], progress=False)
-    with pytest.raises(jqlin.CheckpointError, match="exclude is only used together with quantize"):
+    with pytest.raises(jqlin.CheckpointError, match="exclude= / --exclude is only used together with quantize="):
         convert(fixtures_dir / "ct_mxfp8", tmp_path / "q", exclude=["*.mlp.*"], progress=False)
     for bad in (0, -1, 1.5):
         with pytest.raises(jqlin.CheckpointError, match="max_shard_bytes must be a positive"):
