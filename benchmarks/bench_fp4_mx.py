@@ -737,7 +737,7 @@ def main(argv=None) -> int:
 
     def on_record(rec):
         records.append(rec)
-        stream.write(json.dumps(rec) + "\n")
+        stream.write(json.dumps(bench.json_safe(rec)) + "\n")
         stream.flush()
 
     plan = []
@@ -812,7 +812,8 @@ def main(argv=None) -> int:
             meta.update({kk: v for kk, v in res.items() if kk != "records"})
             print(bench.format_table(res["records"]), flush=True)
     stream.close()
-    (out / "bench_fp4_mx.json").write_text(json.dumps({**meta, "records": records}, indent=1))
+    (out / "bench_fp4_mx.json").write_text(
+        json.dumps(bench.json_safe({**meta, "records": records}), indent=1))
     return 0
 
 

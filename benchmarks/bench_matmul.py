@@ -102,13 +102,13 @@ def main(argv=None) -> int:
     stream = open(out / "bench.jsonl", "w")
 
     def on_record(rec):
-        stream.write(json.dumps(rec) + "\n")
+        stream.write(json.dumps(bench.json_safe(rec)) + "\n")
         stream.flush()
 
     res = bench.run(bench.parse_shapes(args.shapes), [int(v) for v in args.m.split(",")], ops,
                     reps=args.reps, on_record=on_record)
     stream.close()
-    (out / "bench.json").write_text(json.dumps(res, indent=1))
+    (out / "bench.json").write_text(json.dumps(bench.json_safe(res), indent=1))
     plot(res, out / "speedup_vs_bf16.png")
     print(bench.format_table(res["records"]))
     return 0

@@ -282,8 +282,8 @@ def kernel_medians_us(fn: Callable, args: Sequence, calls: int, name_chars: int 
 def write_records(path: str, records: list[dict]) -> None:
     """A probe's results JSON: device, jax version, the command line, its records."""
     with open(path, "w") as f:
-        json.dump(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
-                       command=" ".join(sys.argv), records=records), f, indent=1)
+        json.dump(json_safe(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
+                                 command=" ".join(sys.argv), records=records)), f, indent=1)
 
 
 def device_seconds(trace_dir: str, *, per_device: bool = False) -> dict:
@@ -528,8 +528,20 @@ def run_and_report(shapes: Sequence[tuple[str, int, int]], ms: Sequence[int],
 def _write_json(path: str, obj: dict) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
+        json.dump(json_safe(obj), f, indent=1)
     os.replace(tmp, path)
+
+
+def json_safe(obj: Any) -> Any:
+    """obj with non-finite floats as None: JSON has no NaN (Python writes the token `NaN`, which
+    strict readers refuse), and a CPU run measures no bandwidth."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def _frac(v) -> str:

@@ -60,7 +60,9 @@ WEIGHT_ONLY = None  # activation pattern meaning "activations stay floating poin
 @dataclasses.dataclass(frozen=True)
 class Kernel:
     name: str
-    impl: Callable[..., jax.Array]  # impl(x2d, qw, *, spec, deterministic, interpret) -> (M, N)
+    # impl(x2d, qw, *, spec, deterministic, interpret, out_dtype) -> (M, N) in out_dtype: the
+    # float32 accumulator rounded once
+    impl: Callable[..., jax.Array]
     honours: tuple[tuple[KeyPattern, KeyPattern | None | object], ...]
     platforms: tuple[str, ...]
     batch_invariant: bool  # deterministic=True yields row results independent of M
@@ -114,7 +116,8 @@ _REGISTRY: dict[str, Kernel] = {}
 def _jitted(name: str) -> Callable[..., jax.Array]:
     # Always compiled, also when called eagerly: op-by-op execution rewrites divisions by a
     # broadcast differently from a fused computation, which would make results depend on mode.
-    return jax.jit(_REGISTRY[name].impl, static_argnames=("spec", "deterministic", "interpret"))
+    return jax.jit(_REGISTRY[name].impl,
+                   static_argnames=("spec", "deterministic", "interpret", "out_dtype"))
 
 
 def register_kernel(kernel: Kernel) -> Kernel:
@@ -169,6 +172,7 @@ class Explanation:
     platform: str
     rejected: dict[str, str]
     requested: str
+    out_dtype: str = ""  # the output's dtype, where it is not x's
     # what the chosen kernel runs for this M (tile config, or the path it takes): its glue
     # module's `describe_config`, where it has one
     detail: dict | None = None
@@ -178,6 +182,9 @@ class Explanation:
         lines = [f"spec: {name}: {self.spec.describe()}",
                  f"platform: {self.platform}; kernel requested: {self.requested}; "
                  f"deterministic={self.deterministic}"]
+        if self.out_dtype:
+            lines.append(f"out_dtype={self.out_dtype}: the float32 accumulator rounded once to "
+                         f"it (x keeps its own dtype)")
         if self.weight_only:
             lines.append("weight_only=True: activations are NOT quantized although the stored "
                          "spec asks for it (explicit opt-in)")
@@ -202,8 +209,23 @@ def _check_x(x_shape: Sequence[int], x_dtype, qw: QuantizedWeight) -> None:
                          f"to match the weight's in_features K={qw.shape[1]}")
     if jnp.dtype(x_dtype) not in X_DTYPES:
         # (float64 would be computed in float32, fp8 outputs would overflow to NaN: say so)
-        raise ValueError(f"x must be bfloat16, float16 or float32 (the output has x's dtype), "
-                         f"got {jnp.dtype(x_dtype)}; cast it first")
+        raise ValueError(f"x must be bfloat16, float16 or float32 (the output has x's dtype "
+                         f"unless out_dtype says otherwise), got {jnp.dtype(x_dtype)}; cast it "
+                         f"first")
+
+
+def output_dtype(out_dtype: Any, x_dtype) -> jnp.dtype:
+    """The output dtype: out_dtype, else x's."""
+    if out_dtype is None:
+        return jnp.dtype(x_dtype)
+    try:
+        dt = jnp.dtype(out_dtype)
+    except TypeError:
+        dt = None
+    if dt not in X_DTYPES:
+        raise ValueError(f"out_dtype must be bfloat16, float16, float32 or None (x's dtype), "
+                         f"got {out_dtype!r}")
+    return dt
 
 
 def _select(m: int, qw: QuantizedWeight, kernel: str, deterministic: bool,
@@ -254,17 +276,20 @@ _EMPTY = "no rows (M = 0): nothing runs, the output is the empty (..., N) array"
 
 
 def explain(x: Any, qw: QuantizedWeight, *, kernel: str = "auto", deterministic: bool = False,
-            weight_only: bool = False) -> Explanation:
+            weight_only: bool = False, out_dtype: Any = None) -> Explanation:
     """Which kernel `matmul` would run for these arguments, and why every other was rejected.
 
     `x` may be an array, a ShapeDtypeStruct or a shape tuple."""
     shape = tuple(x) if isinstance(x, (tuple, list)) else tuple(x.shape)
     dtype = jnp.float32 if isinstance(x, (tuple, list)) else x.dtype
     _check_x(shape, dtype, qw)
+    out = output_dtype(out_dtype, dtype)
     m = 1
     for d in shape[:-1]:
         m *= d
     ex = _select(m, qw, kernel, deterministic, weight_only)
+    if out != jnp.dtype(dtype):
+        ex = dataclasses.replace(ex, out_dtype=out.name)
     if ex.chosen is None:
         return ex
     if m == 0:
@@ -278,19 +303,24 @@ def explain(x: Any, qw: QuantizedWeight, *, kernel: str = "auto", deterministic:
 
 
 def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
-           deterministic: bool = False, weight_only: bool = False) -> jax.Array:
-    """y = x @ W.T for a quantized W: x (..., K) -> (..., N) in x's dtype.
+           deterministic: bool = False, weight_only: bool = False,
+           out_dtype: Any = None) -> jax.Array:
+    """y = x @ W.T for a quantized W: x (..., K) -> (..., N) in x's dtype (or out_dtype).
 
     kernel: "auto" or a registered kernel name (forcing a kernel that cannot honour the spec
     raises UnsupportedSpecError; nothing falls back silently).
     deterministic: batch-invariant results (row i bitwise independent of M and other rows).
     weight_only: explicit opt-in to run a spec that quantizes activations with floating-point
     activations instead (never chosen implicitly).
+    out_dtype: bfloat16, float16 or float32; None: x's dtype. Every kernel accumulates in
+    float32 and rounds once to it, so float32 outputs (partial sums, logits) need no cast of x,
+    which would change the kernel's path (a float32 x is three bf16 parts on the GPU).
     An empty batch (a zero in x's leading dims) gives the empty result after the same kernel
     choice and checks, without running a kernel.
     """
     x = jnp.asarray(x)
     _check_x(x.shape, x.dtype, qw)
+    out = output_dtype(out_dtype, x.dtype)
     lead = x.shape[:-1]
     m = 1
     for d in lead:
@@ -300,14 +330,14 @@ def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
         raise UnsupportedSpecError(
             "no kernel can run this matmul:\n" + str(ex))
     if m == 0:  # (the kernels' tilings and the activation rules' scale grids need a row)
-        return jnp.zeros((*lead, qw.shape[0]), x.dtype)
-    run = _differentiable(ex.chosen, ex.spec, deterministic, ex.interpret)
+        return jnp.zeros((*lead, qw.shape[0]), out)
+    run = _differentiable(ex.chosen, ex.spec, deterministic, ex.interpret, out)
     return run(x.reshape(m, qw.shape[1]), qw).reshape(*lead, qw.shape[0])
 
 
 @functools.cache
-def _differentiable(name: str, spec: QuantSpec, deterministic: bool,
-                    interpret: bool) -> Callable[[jax.Array, QuantizedWeight], jax.Array]:
+def _differentiable(name: str, spec: QuantSpec, deterministic: bool, interpret: bool,
+                    out_dtype: jnp.dtype) -> Callable[[jax.Array, QuantizedWeight], jax.Array]:
     """The kernel call with one derivative for every kernel: with respect to x, that of
     x @ W.T with W the stored weight dequantized (exact for weight-only specs; through
     quantized activations the straight-through estimator, as quantization-aware training
@@ -315,7 +345,7 @@ def _differentiable(name: str, spec: QuantSpec, deterministic: bool,
     bit tricks differentiate to zero), and the XLA rules' own would be that of rounding.
     The weight is a constant: differentiating with respect to it is an error."""
     kernel = functools.partial(_jitted(name), spec=spec, deterministic=deterministic,
-                               interpret=interpret)
+                               interpret=interpret, out_dtype=out_dtype)
 
     def kernel_call(x2: jax.Array, qw: QuantizedWeight) -> jax.Array:
         # kernels are written for 32-bit index arithmetic (Python ints become int64 under

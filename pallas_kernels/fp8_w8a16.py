@@ -34,8 +34,9 @@ def w8a16_config(m: int, n: int, k: int, *, scale_kind: str, x_dtype, determinis
 def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                  deterministic: bool = False, config: MatmulConfig | None = None,
                  interpret: bool = False, poison_output: bool = False,
-                 path: str | None = None) -> jax.Array:
-    """y (M, N) = x (M, K) @ (w * w_scale)^T in x's dtype.
+                 path: str | None = None, out_dtype=None) -> jax.Array:
+    """y (M, N) = x (M, K) @ (w * w_scale)^T in out_dtype (default x's): the float32
+    accumulator rounded once.
 
     scale_kind: "tensor" | "channel" | "block" (K and N padded to multiples of 128).
     deterministic: use the config chosen from (N, K, scale kind) alone -- batch-invariant rows.
@@ -50,4 +51,5 @@ def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: 
                        deterministic=deterministic, config=config) if path == "pallas" else None
     return fp8_matmul(x, None, w, w_scale, x_scale_kind="none", w_scale_kind=scale_kind,
                       config=cfg, interpret=interpret, name=KERNEL_NAME,
-                      poison_output=poison_output, path=path, deterministic=deterministic)
+                      poison_output=poison_output, path=path, deterministic=deterministic,
+                      out_dtype=out_dtype)

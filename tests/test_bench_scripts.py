@@ -23,13 +23,22 @@ def _run(args, tmp_path, devices=1):
 
 
 def _jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [_strict_json(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _strict_json(text):
+    """JSON as strict readers take it: no NaN / Infinity tokens (a CPU run measures no
+    bandwidth: null)."""
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
 
 
 def test_bench_matmul_records_every_format_against_bf16(tmp_path):
     _run(["benchmarks/bench_matmul.py", "--shapes", "256x128", "--m", "1,3", "--formats",
           "fp8_per_channel_a16,nvfp4_a16", "--reps", "1", "--out", str(tmp_path)], tmp_path)
     recs = _jsonl(tmp_path / "bench.jsonl")
+    _strict_json((tmp_path / "bench.json").read_text())
     assert {r["M"] for r in recs} == {1, 3}
     assert {r["format"] for r in recs if r["format"]} == {"fp8_per_channel_a16", "nvfp4_a16"}
     assert all(r["speedup_vs_bf16"] > 0 for r in recs)
@@ -204,3 +213,14 @@ def test_jqlin_bench_runs_its_small_grid(tmp_path):
     recs = json.loads(out_json.read_text())["records"]
     assert {r["label"] for r in recs} >= {"bf16"} and len(recs) >= 2, recs
     assert not [r for r in recs if r.get("error")] and "vs bf16" in out, out
+
+
+def test_bench_out_dtype_times_the_three_variants(tmp_path):
+    out = tmp_path / "od.json"
+    _run(["benchmarks/bench_out_dtype.py", "--smoke", "--formats", "mxfp8_a16,fp8_ptpc",
+          "--out", str(out)], tmp_path)
+    recs = _strict_json(out.read_text())["records"]
+    labels = {r["label"] for r in recs}
+    assert labels == {"bf16"} | {f"{f}:{v}" for f in ("mxfp8_a16", "fp8_ptpc")
+                                 for v in ("bf16_out", "f32_out", "f32_x")}, labels
+    assert all(r["median_us"] > 0 for r in recs)

@@ -19,9 +19,9 @@ def fake_weight_only_kernel():
     """A weight-only fp8 kernel registered for the test (and removed after)."""
     calls = []
 
-    def impl(x2d, qw, *, spec, deterministic, interpret):
+    def impl(x2d, qw, *, spec, deterministic, interpret, out_dtype):
         calls.append(spec)
-        return jqlin.matmul(x2d, qw.with_spec(spec), kernel="xla")
+        return jqlin.matmul(x2d, qw.with_spec(spec), kernel="xla", out_dtype=out_dtype)
 
     k = Kernel(name="test_w8a16", impl=impl, platforms=("cpu",), batch_invariant=False,
                priority=50, honours=((KeyPattern(dtype=("float8_e4m3fn",), scale_dtype=("float32",)),

@@ -176,10 +176,11 @@ def mx_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey, *,
 def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic: bool = False,
           interpret: bool = False, config: MatmulConfig | None = None,
           fp4_layout: str | None = None, decode: str | None = None, path: str | None = None,
-          mxfp8_variant: str | None = None) -> jax.Array:
-    """The kernel of qw's weight family on a QuantizedWeight (benchmarks pass overrides)."""
+          mxfp8_variant: str | None = None, out_dtype=None) -> jax.Array:
+    """The kernel of qw's weight family on a QuantizedWeight, output in out_dtype (default
+    x's; benchmarks pass overrides)."""
     wk = spec.weight
-    kw = dict(out_dtype=x2d.dtype, deterministic=deterministic, config=config, path=path,
+    kw = dict(out_dtype=jnp.dtype(out_dtype or x2d.dtype), deterministic=deterministic, config=config, path=path,
               interpret=interpret)
     if wk.scale_dtype == "float8_e4m3fn":  # NVFP4
         if spec.activation is None:
@@ -209,8 +210,9 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
 
 
 def _impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
-          interpret: bool = False) -> jax.Array:
-    return apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
+          interpret: bool = False, out_dtype=None) -> jax.Array:
+    return apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret,
+                 out_dtype=out_dtype)
 
 
 def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,

@@ -84,8 +84,9 @@ def _weight_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]
 def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                 deterministic: bool = False, interpret: bool = False,
                 config: MatmulConfig | None = None,
-                config_overrides: dict | None = None, path: str | None = None) -> jax.Array:
-    """The W8A16 kernel on a QuantizedWeight. `config` replaces the resolved tile config;
+                config_overrides: dict | None = None, path: str | None = None,
+                out_dtype=None) -> jax.Array:
+    """The W8A16 kernel on a QuantizedWeight (output in out_dtype, default x's). `config` replaces the resolved tile config;
     `config_overrides` changes fields of the resolved one, `path` the path (benchmarks)."""
     scale, kind = _weight_scale(qw, spec)
     x = pad_k(x2d, qw.storage_shape[1])  # block formats store K padded to whole blocks
@@ -95,13 +96,14 @@ def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                                       deterministic=deterministic)
         config = dataclasses.replace(base, **config_overrides)
     y = w8a16_matmul(x, qw.data, scale, scale_kind=kind, deterministic=deterministic,
-                     interpret=interpret, config=config, path=path)
+                     interpret=interpret, config=config, path=path, out_dtype=out_dtype)
     return qw.trim_rows(y)
 
 
 def w8a16_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
-               interpret: bool = False) -> jax.Array:
-    return w8a16_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
+               interpret: bool = False, out_dtype=None) -> jax.Array:
+    return w8a16_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret,
+                       out_dtype=out_dtype)
 
 
 def codes_path(m: int, k_storage: int, key: QuantKey, *, interpret: bool = False) -> str:
@@ -141,20 +143,22 @@ def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
 
 def w8a8_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                deterministic: bool = False, interpret: bool = False,
-               config: MatmulConfig | None = None, path: str | None = None) -> jax.Array:
-    """The W8A8 / block kernel on a QuantizedWeight; `config` / `path` override the tile
-    config / the path (benchmarks)."""
+               config: MatmulConfig | None = None, path: str | None = None,
+               out_dtype=None) -> jax.Array:
+    """The W8A8 / block kernel on a QuantizedWeight (output in out_dtype, default x's);
+    `config` / `path` override the tile config / the path (benchmarks)."""
     xq, xs, x_kind = quantize_x(x2d, qw, spec, interpret=interpret)
     scale, w_kind = _weight_scale(qw, spec)
     y = w8a8_matmul(xq, xs, qw.data, scale, x_scale_kind=x_kind, w_scale_kind=w_kind,
-                    out_dtype=x2d.dtype, deterministic=deterministic, interpret=interpret,
+                    out_dtype=out_dtype or x2d.dtype, deterministic=deterministic, interpret=interpret,
                     config=config, path=path)
     return qw.trim_rows(y)
 
 
 def w8a8_impl(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
-              interpret: bool = False) -> jax.Array:
-    return w8a8_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret)
+              interpret: bool = False, out_dtype=None) -> jax.Array:
+    return w8a8_apply(x2d, qw, spec, deterministic=deterministic, interpret=interpret,
+                      out_dtype=out_dtype)
 
 
 def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,

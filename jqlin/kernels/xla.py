@@ -33,7 +33,7 @@ def reference_activation(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec) -
 
 
 def xla_matmul(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, deterministic: bool,
-               interpret: bool = False) -> jax.Array:
+               interpret: bool = False, out_dtype=None) -> jax.Array:
     del interpret
     xq = reference_activation(x2d, qw, spec)
     w = qw.dequantize_storage()  # (Ns, Ks) float32
@@ -43,7 +43,7 @@ def xla_matmul(x2d: jax.Array, qw: QuantizedWeight, *, spec: QuantSpec, determin
         y = seq_map(lambda row: dot(row[None, :])[0], xq)
     else:
         y = dot(xq)
-    return qw.trim_rows(y).astype(x2d.dtype)
+    return qw.trim_rows(y).astype(out_dtype or x2d.dtype)
 
 
 XLA = register_kernel(Kernel(

@@ -30,6 +30,14 @@ class QuantizedParam(nnx.Variable):
     (an optimizer over `nnx.Param` must not try to differentiate e4m3 codes)."""
 
 
+def _operand_dtype(x_dtype: Any, compute: jnp.dtype) -> jnp.dtype:
+    """The dtype x enters the kernel in for a product computed in `compute`: x's own where that
+    only widens a 16-bit x to float32 (the same values), else `compute`."""
+    wide = compute == jnp.float32 and jnp.dtype(x_dtype) in (jnp.dtype(jnp.bfloat16),
+                                                             jnp.dtype(jnp.float16))
+    return jnp.dtype(x_dtype) if wide else compute
+
+
 def _spec(spec: QuantSpec | str) -> QuantSpec:
     if isinstance(spec, QuantSpec):
         return spec
@@ -202,8 +210,10 @@ class QuantDense(nnx.Module):
                     weight_only=self.weight_only if weight_only is None else weight_only)
 
     def compute_dtype(self, x_dtype: Any) -> jnp.dtype:
-        """The dtype x is cast to before the product (and the output's): `dtype`, else x's
-        promoted with `promote`, else x's own."""
+        """The dtype of the product and its output: `dtype`, else x's promoted with `promote`,
+        else x's own. x is cast to it, except a 16-bit x under float32: its values are already
+        float32 values, so it stays as it is and the kernel writes float32 (`out_dtype`) -- a
+        float32 x would take the GPU kernels' slower float32-activation path."""
         if self.dtype is not None:
             return jnp.dtype(self.dtype)
         if self.promote is not None:
@@ -213,8 +223,9 @@ class QuantDense(nnx.Module):
     def __call__(self, x: jax.Array, *, kernel: str | None = None,
                  deterministic: bool | None = None, weight_only: bool | None = None) -> jax.Array:
         x = jnp.asarray(x)
-        x = x.astype(self.compute_dtype(x.dtype))
-        opts = self._resolve(kernel, deterministic, weight_only)
+        out = self.compute_dtype(x.dtype)
+        x = x.astype(_operand_dtype(x.dtype, out))
+        opts = dict(self._resolve(kernel, deterministic, weight_only), out_dtype=out)
         if self.parallel is None:
             y = matmul(x, self.qweight, **opts)
         else:
@@ -230,8 +241,10 @@ class QuantDense(nnx.Module):
         shape, taken as float32), after the layer's own cast of x (`compute_dtype`)."""
         shape, dtype = ((tuple(x), jnp.float32) if isinstance(x, (tuple, list))
                         else (tuple(x.shape), x.dtype))
-        x = jax.ShapeDtypeStruct(shape, self.compute_dtype(dtype))
-        return explain(x, self.qweight, **self._resolve(kernel, deterministic, weight_only))
+        out = self.compute_dtype(dtype)
+        x = jax.ShapeDtypeStruct(shape, _operand_dtype(dtype, out))
+        return explain(x, self.qweight, out_dtype=out,
+                       **self._resolve(kernel, deterministic, weight_only))
 
     def shard(self, mesh: jax.sharding.Mesh, mode: str, axis: str, *,
               batch_axis: str | None = None, gather: bool = False) -> "QuantDense":

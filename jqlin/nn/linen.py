@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from ..dispatch import matmul
 from ..qweight import QuantizedWeight, quantize
 from ..spec import QuantSpec
-from .dense import _spec
+from .dense import _operand_dtype, _spec
 
 __all__ = ["QuantDense"]
 
@@ -25,7 +25,8 @@ class QuantDense(nn.Module):
 
     `init` draws a float kernel with `kernel_init` and quantizes it into `spec`; existing Dense
     params convert with `QuantDense.convert_params`, a stored weight with `params_from_quantized`.
-    dtype: if given, x is cast to it before the product, so the output has this dtype; None
+    dtype: if given, the product's and output's dtype (x is cast to it, or a 16-bit x under
+    float32 stays as it is and the kernel writes float32: the same values); None
     keeps x's dtype (unlike `flax.linen.Dense(dtype=None)`, which promotes x with its
     parameters: give `dtype` to keep a float32 output for bf16 x and float32 parameters).
     """
@@ -45,8 +46,9 @@ class QuantDense(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         x = jnp.asarray(x)
-        if self.dtype is not None:
-            x = x.astype(self.dtype)
+        out = None if self.dtype is None else jnp.dtype(self.dtype)
+        if out is not None:  # (a 16-bit x under float32 stays as it is: QuantDense)
+            x = x.astype(_operand_dtype(x.dtype, out))
         k = x.shape[-1]
         spec = _spec(self.spec)
 
@@ -61,7 +63,7 @@ class QuantDense(nn.Module):
             raise ValueError(f"param 'qweight' is {qw!r}; this layer expects spec "
                              f"[{spec.describe()}] and shape ({self.features}, {k})")
         y = matmul(x, qw, kernel=self.kernel, deterministic=self.deterministic,
-                   weight_only=self.weight_only)
+                   weight_only=self.weight_only, out_dtype=out)
         if self.use_bias:
             b = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
             y = y + b.astype(y.dtype)

@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from pallas_kernels import KShardError, deterministic_rows, k_shards
 
-from ..dispatch import explain, matmul, registered_kernels
+from ..dispatch import output_dtype, explain, matmul, registered_kernels
 from ..numerics.tiling import sharded_amax
 from ..qweight import QuantizedWeight
 from ..spec import Granularity
@@ -179,12 +179,15 @@ def shard_layer(layer, mesh: Mesh, mode: str, axis: str, *, batch_axis: str | No
 
 
 def sharded_matmul(x: jax.Array, qw: QuantizedWeight, tp: TensorParallel, *, kernel: str = "auto",
-                   deterministic: bool = False, weight_only: bool = False) -> jax.Array:
-    """`jqlin.matmul(x, qw)` computed tensor-parallel as `tp` says; same result as unsharded
-    (column: same per-column arithmetic; row: float32 partial sums added across devices)."""
+                   deterministic: bool = False, weight_only: bool = False,
+                   out_dtype: Any = None) -> jax.Array:
+    """`jqlin.matmul(x, qw, out_dtype=...)` computed tensor-parallel as `tp` says; same result
+    as unsharded (column: same per-column arithmetic; row: float32 partial sums added across
+    devices)."""
     specs = weight_partition_specs(qw, tp.mode, tp.axis, tp.size, weight_only=weight_only)
     x = jnp.asarray(x)
     n, k = qw.shape
+    out_dtype = output_dtype(out_dtype, x.dtype)
     if x.shape[-1] != k:
         raise ValueError(f"x has shape {x.shape}; expected (..., {k}) to match in_features")
     lead = x.shape[:-1]
@@ -194,14 +197,14 @@ def sharded_matmul(x: jax.Array, qw: QuantizedWeight, tp: TensorParallel, *, ker
     names = tuple(name for name, spec in specs.items() if spec is not None)
     fn = _sharded_fn(tp, qw.spec, qw.shape, qw.storage_shape, qw.segments, qw.layout, names,
                      tuple(specs[name] for name in names), batch, kernel, deterministic,
-                     weight_only)
+                     weight_only, out_dtype)
     y = fn(x2, *[getattr(qw, name) for name in names])
     return y.reshape(*lead, n)
 
 
 @functools.lru_cache(maxsize=256)
 def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, names, specs, batch,
-                kernel, deterministic, weight_only):
+                kernel, deterministic, weight_only, out_dtype):
     """The jitted shard_map program for one layer configuration (cached: eager calls reuse it;
     jit also reshards the inputs to the in_specs)."""
     (n, k), (rows, cols) = shape, storage
@@ -217,7 +220,8 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
         def body(xl, *parts):
             # tokens split over batch: per-tensor amax joins; det tiles as for all `rows`
             with sharded_amax(batch, None), deterministic_rows(rows):
-                return matmul(xl, local_weight(parts, (rows // tp.size, k)), **opts)
+                return matmul(xl, local_weight(parts, (rows // tp.size, k)),
+                              out_dtype=out_dtype, **opts)
 
         mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, None), *specs),
                                out_specs=P(batch, tp.axis), check_vma=False)
@@ -238,7 +242,7 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
                     if why is None:
                         try:
                             with k_shards(tp.axis, tp.size):  # the unsharded sum, on every device
-                                return matmul(xl, w, **opts)
+                                return matmul(xl, w, out_dtype=out_dtype, **opts)
                         except KShardError as e:
                             why = str(e)
                     warnings.warn(
@@ -247,8 +251,8 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
                         f"device in the last bits (column parallel keeps them bitwise)",
                         stacklevel=1)
                 # f32 partials: summing rounded bf16 partials would add error the unsharded
-                # layer lacks
-                yl = matmul(xl.astype(jnp.float32), w, **opts)
+                # layer lacks (x keeps its dtype: a float32 x is another kernel path)
+                yl = matmul(xl, w, out_dtype=jnp.float32, **opts)
             return jax.lax.psum(yl, tp.axis)
 
         mapped = jax.shard_map(body, mesh=tp.mesh, in_specs=(P(batch, tp.axis), *specs),
@@ -258,7 +262,7 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
             xp = jnp.pad(x2, ((0, 0), (0, cols - k)))
             xp, arrays = _placed(tp.mesh, P(batch, tp.axis), xp, specs, arrays)
             y = _put(mapped(xp, *arrays), tp.mesh, P(batch, None))
-            return logical.trim_rows(y).astype(x2.dtype)
+            return logical.trim_rows(y).astype(out_dtype)
     return jax.jit(run)
 
 

@@ -103,6 +103,11 @@ check("fp8_ptpc row 128x512 after it (same local shapes)", layer("fp8_ptpc", 128
 # bf16 activations, odd K handled by padding inside the row-parallel path
 xb = jnp.asarray(rng.standard_normal((4, 512)), jnp.bfloat16)
 check("fp8_block bf16 row", layer("fp8_block", 512, 512, xb), xb, "row")
+# bf16 x, float32 output (a layer promoting x with float32 parameters: x stays bf16, out_dtype)
+promoting = layer("nvfp4_a16", 512, 512, xb)
+promoting.promote = jnp.float32
+check("nvfp4_a16 bf16 x float32 out, column", promoting, xb, "column")
+check("nvfp4_a16 bf16 x float32 out, row", promoting, xb, "row")
 
 # fused weight whose parts end in partial blocks: rows map back through segments
 parts = [jqlin.quantize(jnp.asarray(weight(130, 512), jnp.float32), "fp8_block") for _ in range(2)]

@@ -50,3 +50,21 @@ def test_wrong_params_are_named():
         layer.apply({"params": {"qweight": qw}}, jnp.ones((1, 16)))
     with pytest.raises(ValueError, match="kernel"):
         jqlin.linen.QuantDense.convert_params({"w": jnp.ones((2, 2))}, "fp8_ptpc")
+
+
+def test_a_float32_dtype_keeps_a_bf16_x_and_writes_float32(rng, monkeypatch):
+    """dtype=float32 with a bf16 x: the kernel takes x as it is (a float32 x is the GPU's slower
+    float32-activation path) and writes float32 -- the product of the same values."""
+    layer = jqlin.linen.QuantDense(features=16, spec="mxfp8_a16", dtype=jnp.float32)
+    x = jnp.asarray(rng.standard_normal((3, 64)), jnp.bfloat16)
+    params = layer.init(jax.random.key(2), x)
+    seen = []
+    real = jqlin.nn.linen.matmul
+    monkeypatch.setattr("jqlin.nn.linen.matmul",
+                        lambda xx, qw, **kw: seen.append((xx.dtype, kw["out_dtype"])) or
+                        real(xx, qw, **kw))
+    y = layer.apply(params, x)
+    assert seen == [(jnp.bfloat16, jnp.float32)] and y.dtype == jnp.float32
+    qw = params["params"]["qweight"]
+    ref = np.asarray(x, np.float64) @ np.asarray(qw.dequantize(), np.float64).T
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
