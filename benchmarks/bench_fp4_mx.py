@@ -43,7 +43,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from jqlin import bench, dispatch
+from jqlin import bench
 from jqlin.kernels.pallas_fp4 import apply
 from pallas_kernels.common import MatmulConfig as C, cdiv
 from pallas_kernels.fp8_heuristics import num_sms, split_for
