@@ -180,8 +180,8 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
     """The kernel of qw's weight family on a QuantizedWeight, output in out_dtype (default
     x's; benchmarks pass overrides)."""
     wk = spec.weight
-    kw = dict(out_dtype=jnp.dtype(out_dtype or x2d.dtype), deterministic=deterministic, config=config, path=path,
-              interpret=interpret)
+    kw = dict(out_dtype=jnp.dtype(out_dtype or x2d.dtype), deterministic=deterministic,
+              config=config, path=path, interpret=interpret)
     if wk.scale_dtype == "float8_e4m3fn":  # NVFP4
         if spec.activation is None:
             parts = _x_parts(x2d, qw)

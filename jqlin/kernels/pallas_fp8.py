@@ -86,8 +86,9 @@ def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                 config: MatmulConfig | None = None,
                 config_overrides: dict | None = None, path: str | None = None,
                 out_dtype=None) -> jax.Array:
-    """The W8A16 kernel on a QuantizedWeight (output in out_dtype, default x's). `config` replaces the resolved tile config;
-    `config_overrides` changes fields of the resolved one, `path` the path (benchmarks)."""
+    """The W8A16 kernel on a QuantizedWeight (output in out_dtype, default x's). `config`
+    replaces the resolved tile config; `config_overrides` changes fields of the resolved one,
+    `path` the path (benchmarks)."""
     scale, kind = _weight_scale(qw, spec)
     x = pad_k(x2d, qw.storage_shape[1])  # block formats store K padded to whole blocks
     if config_overrides:
@@ -150,8 +151,8 @@ def w8a8_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
     xq, xs, x_kind = quantize_x(x2d, qw, spec, interpret=interpret)
     scale, w_kind = _weight_scale(qw, spec)
     y = w8a8_matmul(xq, xs, qw.data, scale, x_scale_kind=x_kind, w_scale_kind=w_kind,
-                    out_dtype=out_dtype or x2d.dtype, deterministic=deterministic, interpret=interpret,
-                    config=config, path=path)
+                    out_dtype=out_dtype or x2d.dtype, deterministic=deterministic,
+                    interpret=interpret, config=config, path=path)
     return qw.trim_rows(y)
 
 
