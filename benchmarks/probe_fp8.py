@@ -11,7 +11,6 @@ Usage: PYTHONPATH=. python benchmarks/probe_fp8.py decode|accuracy
 from __future__ import annotations
 
 import functools
-import statistics
 import sys
 import time
 

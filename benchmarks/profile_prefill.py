@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import re
 import ctypes
-import dataclasses
 import functools
 
 import jax

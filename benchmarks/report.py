@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-import statistics
 
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = HERE / "results"

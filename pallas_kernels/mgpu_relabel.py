@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.experimental.mosaic import gpu as mgpu
 from jax.experimental.mosaic.gpu import fragmented_array as fa
