@@ -9,6 +9,7 @@ import pytest
 
 import jqlin
 from jqlin import dispatch, formats
+from jqlin.spec import Granularity
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 
@@ -20,6 +21,8 @@ def _kernels_of(fmt: str) -> list[str]:
 
 
 CASES = [(fmt, kernel) for fmt in formats.names() for kernel in _kernels_of(fmt) + ["xla"]]
+# whole weight tiles (the Mosaic GPU kernels' N, K) and a partial one (the Triton kernels)
+GPU_SHAPES = [(4096, m) for m in (1, 16, 300, 1024)] + [(2072, 1), (2072, 300)]
 
 
 def _weight(rng, fmt, n, k):
@@ -111,15 +114,69 @@ def test_grad_and_vmap_keep_the_output_dtype(rng):
 @pytest.mark.parametrize("fmt", formats.names())
 def test_gpu_float32_outputs_at_real_sizes(rng, fmt):
     """The auto kernel on the GPU, decode to prefill M (each path: decode, Mosaic, dense),
-    N with a partial tile."""
-    n, k = 2072, 4096
-    qw = _weight(rng, fmt, n, k)
-    for m in (1, 16, 300, 1024):
+    N of whole Mosaic tiles and N with a partial tile (Triton)."""
+    k = 4096
+    for n, m in GPU_SHAPES:
+        qw = _weight(rng, fmt, n, k)
         x = _x(rng, m, k, BF16)
         y32 = jqlin.matmul(x, qw, deterministic=True, out_dtype=F32)
         y16 = jqlin.matmul(x, qw, deterministic=True)
         np.testing.assert_array_equal(np.asarray(y32.astype(BF16)), np.asarray(y16),
-                                      err_msg=f"{fmt} M={m}")
+                                      err_msg=f"{fmt} N={n} M={m}")
         # tensor-core float32 sums are not IEEE round-to-nearest: the GPU kernels' bound
         _close_to_reference(y32, x, qw, 2e-5)
         _close_to_reference(jqlin.matmul(x, qw, out_dtype=F32), x, qw, 2e-5)
+
+
+def _trace_as_on_sm90(monkeypatch) -> None:
+    """Kernel paths chosen as on an H200 (wgmma available; the activation kernels routed as on
+    the GPU) and Triton told the compute capability, so that a lowering for CUDA from this
+    machine runs the Pallas Triton and Mosaic GPU lowering rules (interpret mode never does)."""
+    import types
+
+    from jax._src.pallas.triton import pallas_call_registration
+    from pallas_kernels import act_quant, fp8_paths
+    from jqlin.kernels import pallas_fp4, pallas_fp8
+    monkeypatch.setattr(fp8_paths, "mosaic_wgmma_ok", lambda interpret: True)
+    routed = lambda m, k, min_m, *, interpret=False: (  # noqa: E731
+        min_m is not None and not interpret and m >= min_m and k % 128 == 0)
+    for mod in (act_quant, pallas_fp4, pallas_fp8):
+        monkeypatch.setattr(mod, "serves", routed)
+    monkeypatch.setattr(pallas_call_registration, "gpu_info_lib", types.SimpleNamespace(
+        get_gpu_info=lambda: types.SimpleNamespace(compute_capability=90)))
+
+
+@pytest.mark.parametrize("fmt", formats.names())
+def test_the_gpu_paths_lower_with_each_output_dtype(monkeypatch, fmt):
+    """Every Pallas kernel of the format, both modes, decode to prefill M: its GPU path with a
+    bf16 x and out_dtype=float32 (at M=1 also float32 x -> bf16, float16 x -> float32, bf16 x
+    -> float16) lowers for sm_90 and returns (M, N) in out_dtype -- what the
+    interpreter cannot check of the decode / Mosaic / dense paths
+    (test_gpu_float32_outputs_at_real_sizes runs them). At M=1 with whole tiles a Mosaic GPU kernel runs, in both modes, for every format
+    but the FP8 W8A8 ones (Triton)."""
+    _trace_as_on_sm90(monkeypatch)
+    spec = formats.get(fmt)
+    k = 4096
+    kw = {"calibration": jax.ShapeDtypeStruct((4, k), F32)} if spec.static_input_scale else {}
+    mosaic = set()
+    for name in _kernels_of(fmt):
+        impl = dispatch.registered_kernels()[name].impl
+        # (and at M=1 the other pairs: a float32 x's bf16 parts, float16)
+        cases = [(n, m, BF16, F32) for n, m in GPU_SHAPES] + [
+            (4096, 1, F32, BF16), (4096, 1, jnp.float16, F32), (4096, 1, BF16, jnp.float16)]
+        for n, m, x_dtype, out_dtype in cases:
+            qw = jax.eval_shape(lambda w, **c: jqlin.quantize(w, spec, **c),
+                                jax.ShapeDtypeStruct((n, k), F32), **kw)
+            for det in (False, True):
+                f = lambda x, q, det=det, o=out_dtype: impl(  # noqa: E731
+                    x, q, spec=spec, deterministic=det, interpret=False, out_dtype=o)
+                low = jax.jit(f).trace(jax.ShapeDtypeStruct((m, k), x_dtype), qw).lower(
+                    lowering_platforms=("cuda",))
+                out = low.out_info
+                assert (out.shape, out.dtype) == ((m, n), out_dtype), (name, n, m, det, out)
+                if (n, m, x_dtype) == (4096, 1, BF16) and "mosaic_gpu" in low.as_text():
+                    mosaic.add(det)
+    w8a8 = spec.activation is not None and spec.weight.granularity in (
+        Granularity.TENSOR, Granularity.CHANNEL, Granularity.BLOCK)
+    want = set() if w8a8 else {False, True}
+    assert mosaic == want, (fmt, mosaic)
