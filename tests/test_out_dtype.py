@@ -150,9 +150,9 @@ def _trace_as_on_sm90(monkeypatch) -> None:
 def test_the_gpu_paths_lower_with_each_output_dtype(monkeypatch, fmt):
     """Every Pallas kernel of the format, both modes, decode to prefill M: its GPU path with a
     bf16 x and out_dtype=float32 (at M=1 also float32 x -> bf16, float16 x -> float32, bf16 x
-    -> float16) lowers for sm_90 and returns (M, N) in out_dtype -- what the
-    interpreter cannot check of the decode / Mosaic / dense paths
-    (test_gpu_float32_outputs_at_real_sizes runs them). At M=1 with whole tiles a Mosaic GPU kernel runs, in both modes, for every format
+    -> float16) lowers for sm_90 and returns (M, N) in out_dtype: what the interpreter cannot
+    check of the decode / Mosaic / dense paths (test_gpu_float32_outputs_at_real_sizes runs
+    them). At M=1 with whole tiles a Mosaic GPU kernel runs, in both modes, for every format
     but the FP8 W8A8 ones (Triton)."""
     _trace_as_on_sm90(monkeypatch)
     spec = formats.get(fmt)
