@@ -5,7 +5,8 @@
 # the W8A8 GPU tests now that the FP8 codes kernel serves every M, then the MX operand
 # kernel's time against XLA's rule and the products with it. Each stage time-boxed; logs and JSON
 # in $OUT.
-# Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order)
+# Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order),
+#   then outdtype (session 36's out_dtype GPU tests + bench_out_dtype), rows8 / rows4 (README rows)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -53,5 +54,30 @@ if [[ $STAGES == *mx* ]]; then
       > "$OUT/mx_breakdown_$act.log" 2>&1; echo "mx breakdown $act rc=$?"
     grep -vE "Warn|warn" "$OUT/mx_breakdown_$act.log" | tail -12 | cut -c1-200
   done
+fi
+if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype: never run on a GPU yet)
+  timeout "${T_ODT_TESTS:-130}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf \
+    tests/test_out_dtype.py tests/nn/test_quant_dense.py tests/nn/test_linen.py \
+    > "$OUT/pytest_out_dtype.log" 2>&1; echo "pytest out_dtype rc=$?"
+  tail -8 "$OUT/pytest_out_dtype.log" | cut -c1-300
+  timeout "${T_KTESTS:-230}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf -m gpu \
+    tests/kernels/test_pallas_fp8.py tests/kernels/test_pallas_fp4_gpu.py \
+    > "$OUT/pytest_kernels.log" 2>&1; echo "pytest kernels rc=$?"
+  tail -12 "$OUT/pytest_kernels.log" | cut -c1-300
+  timeout "${T_ODT:-100}" python3 benchmarks/bench_out_dtype.py --reps 3 \
+    --formats nvfp4_a16,mxfp8_a16,fp8_per_channel_a16,nvfp4 --shapes 8192x8192 \
+    --m 1,16,256,4096 --out "$OUT/out_dtype.json" > "$OUT/out_dtype.log" 2>&1
+  echo "bench out_dtype rc=$?"; tail -20 "$OUT/out_dtype.log" | cut -c1-200
+fi
+if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)
+  timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
+    --modes default --formats fp8_ptpc,fp8_block,fp8_per_tensor --shapes all \
+    --m "${M_ROWS8:-1,16,256,1024,4096}" --out "$OUT/rows8" > "$OUT/rows8.log" 2>&1
+  echo "rows8 rc=$?"; tail -3 "$OUT/rows8.log" | cut -c1-200
+fi
+if [[ $STAGES == *rows4* ]]; then  # W+A 4-bit / MX rows at decode (the activation kernels)
+  timeout "${T_ROWS4:-200}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
+    --modes default --formats nvfp4,mxfp4,mxfp8 --shapes all --m 1,16 --out "$OUT/rows4" \
+    > "$OUT/rows4.log" 2>&1; echo "rows4 rc=$?"; tail -3 "$OUT/rows4.log" | cut -c1-200
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
