@@ -34,8 +34,7 @@ def ops(fmts: list[str], deterministic: bool, interpret: bool) -> list[bench.Op]
                 xx, out_dtype = prep(x)
                 name = kernel
                 if interpret:  # (the interpreter: the format's Pallas kernel forced)
-                    name = next(n for n, k in sorted(dispatch.registered_kernels().items())
-                                if n != "xla" and k.spec_mismatch(qw.spec) is None)
+                    name = dispatch.kernels_for(qw.spec)[0]
                 y = dispatch.matmul(xx, qw, kernel=name, deterministic=deterministic,
                                     out_dtype=out_dtype)
                 return y.astype(jnp.float32)  # (every variant ends in float32)

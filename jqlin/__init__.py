@@ -1,7 +1,8 @@
 """jqlin: quantized matrix multiplication for JAX, reading PyTorch-world checkpoints as stored."""
 
 from . import formats
-from .dispatch import Explanation, Kernel, KeyPattern, explain, matmul, register_kernel, registered_kernels
+from .dispatch import (Explanation, Kernel, KeyPattern, explain, kernels_for, matmul,
+                       register_kernel, registered_kernels)
 from .errors import CheckpointError, JqlinError, UnknownFormatError, UnsupportedSpecError
 from .qweight import QuantizedWeight, calibrate_input_scale, fuse, quantize
 from .spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
@@ -11,7 +12,8 @@ __version__ = "0.1.0"
 
 __all__ = ["formats", "QuantKey", "QuantSpec", "Granularity", "ScaleRule", "GlobalScale",
            "QuantizedWeight", "quantize", "fuse", "calibrate_input_scale", "matmul", "explain",
-           "Explanation", "Kernel", "KeyPattern", "registered_kernels", "register_kernel", "JqlinError",
+           "Explanation", "Kernel", "KeyPattern", "registered_kernels", "kernels_for",
+           "register_kernel", "JqlinError",
            "UnsupportedSpecError", "CheckpointError", "UnknownFormatError", "Checkpoint", "load_checkpoint",
            "QuantDense", "quantize_model", "nn", "linen", "models"]
 

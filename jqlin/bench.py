@@ -141,7 +141,7 @@ def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("def
         spec = formats.get(fmt)
         registry = dispatch.registered_kernels()
         if kernels:  # forced kernels, each only for the formats whose spec it honours
-            names = [kn for kn in kernels if registry[kn].spec_mismatch(spec) is None]
+            names = [kn for kn in kernels if kn in dispatch.kernels_for(spec)]
         else:
             names = [_auto_kernel(spec)]
         for kname in names:

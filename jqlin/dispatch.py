@@ -23,7 +23,7 @@ from .qweight import QuantizedWeight
 from .rowwise import seq_map
 from .spec import Granularity, QuantKey, QuantSpec
 
-__all__ = ["KeyPattern", "Kernel", "register_kernel", "unregister_kernel", "registered_kernels", "matmul", "explain",
+__all__ = ["KeyPattern", "Kernel", "register_kernel", "unregister_kernel", "registered_kernels", "kernels_for", "matmul", "explain",
            "Explanation", "WEIGHT_ONLY", "current_platform"]
 
 _UNSET = object()
@@ -140,6 +140,17 @@ def registered_kernels() -> dict[str, Kernel]:
     return dict(_REGISTRY)
 
 
+def kernels_for(spec: QuantSpec) -> list[str]:
+    """The registered kernels that declare `spec`, whatever the platform, in the order `auto`
+    tries them (highest priority first; `xla` last)."""
+    _load_builtin_kernels()
+    return [k.name for k in _by_priority() if k.spec_mismatch(spec) is None]
+
+
+def _by_priority() -> list[Kernel]:
+    return sorted(_REGISTRY.values(), key=lambda k: -k.priority)
+
+
 @functools.cache
 def _load_builtin_kernels() -> None:
     importlib.import_module("jqlin.kernels")  # registers the built-in kernels on import
@@ -245,8 +256,7 @@ def _select(m: int, qw: QuantizedWeight, kernel: str, deterministic: bool,
     if deterministic and spec.activation is not None and not spec.activation.row_local:
         spec_problem = ("deterministic=True: dynamic per-tensor activation scales depend on "
                         "every row of the batch, so no kernel can be batch-invariant")
-    candidates = [_REGISTRY[kernel]] if forced else sorted(
-        _REGISTRY.values(), key=lambda k: -k.priority)
+    candidates = [_REGISTRY[kernel]] if forced else _by_priority()
     chosen, interpret = None, False
     for k in candidates:
         why = spec_problem or k.spec_mismatch(spec)

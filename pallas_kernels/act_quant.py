@@ -104,8 +104,12 @@ def serves(m: int, k: int, min_m: int | None, *, interpret: bool = False) -> boo
     """Whether these kernels take an (M, K) activation rather than XLA's rule: on the GPU (not
     in interpret mode, which divides with the backend's division), K a multiple of 128 (every
     kernel's least tile), M >= min_m (None: not routed). The callers' routing rules."""
-    return (min_m is not None and not interpret and jax.default_backend() == "gpu"
-            and m >= min_m and k % 128 == 0)
+    return (min_m is not None and not interpret and _on_gpu() and m >= min_m
+            and k % 128 == 0)
+
+
+def _on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
 
 
 def tile(m: int, k: int) -> tuple[int, int]:

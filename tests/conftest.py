@@ -74,6 +74,18 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.fixture
+def triton_sm90(monkeypatch):
+    """Pallas' Triton lowering asks the runtime for the GPU's compute capability: told sm_90, a
+    lowering for CUDA (`.lower(lowering_platforms=("cuda",))`) runs its rules on this machine,
+    which interpret mode never does."""
+    import types
+
+    from jax._src.pallas.triton import pallas_call_registration
+    monkeypatch.setattr(pallas_call_registration, "gpu_info_lib", types.SimpleNamespace(
+        get_gpu_info=lambda: types.SimpleNamespace(compute_capability=90)))
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> pathlib.Path:
     if not FIXTURES.is_dir():

@@ -319,3 +319,20 @@ def test_an_empty_batch_gives_an_empty_result(rng, fmt):
     for kernel in others:
         with pytest.raises(jqlin.UnsupportedSpecError):
             jqlin.matmul(jnp.ones((0, 256), jnp.bfloat16), qw, kernel=kernel)
+
+
+@pytest.mark.parametrize("fmt", formats.names())
+def test_kernels_for_lists_the_declaring_kernels_in_autos_order(rng, fmt):
+    """Every kernel kernels_for names declares the spec (forced, it is not refused for the
+    spec); every other registered kernel is refused; the order is auto's (priority, xla last)."""
+    spec = formats.get(fmt)
+    names = jqlin.kernels_for(spec)
+    registry = jqlin.registered_kernels()
+    assert names[-1] == "xla" and len(set(names)) == len(names)
+    prios = [registry[n].priority for n in names]
+    assert prios == sorted(prios, reverse=True)
+    qw = jqlin.quantize(jnp.asarray(rng.standard_normal((64, 256)), jnp.float32), fmt,
+                        calibration=jnp.ones((1, 256)) if spec.static_input_scale else None)
+    for name in registry:
+        ex = jqlin.explain((1, 256), qw, kernel=name)
+        assert (ex.chosen == name) == (name in names), (name, ex.rejected)

@@ -15,9 +15,7 @@ F32, BF16 = jnp.float32, jnp.bfloat16
 
 
 def _kernels_of(fmt: str) -> list[str]:
-    spec = formats.get(fmt)
-    return [name for name, k in sorted(dispatch.registered_kernels().items())
-            if k.spec_mismatch(spec) is None and name != "xla"]
+    return [name for name in dispatch.kernels_for(formats.get(fmt)) if name != "xla"]
 
 
 CASES = [(fmt, kernel) for fmt in formats.names() for kernel in _kernels_of(fmt) + ["xla"]]
@@ -128,33 +126,24 @@ def test_gpu_float32_outputs_at_real_sizes(rng, fmt):
         _close_to_reference(jqlin.matmul(x, qw, out_dtype=F32), x, qw, 2e-5)
 
 
-def _trace_as_on_sm90(monkeypatch) -> None:
-    """Kernel paths chosen as on an H200 (wgmma available; the activation kernels routed as on
-    the GPU) and Triton told the compute capability, so that a lowering for CUDA from this
-    machine runs the Pallas Triton and Mosaic GPU lowering rules (interpret mode never does)."""
-    import types
-
-    from jax._src.pallas.triton import pallas_call_registration
+def _choose_as_on_sm90(monkeypatch) -> None:
+    """Kernel paths chosen as on an H200: wgmma available, the activation kernels routed as on
+    the GPU (with `triton_sm90`, a lowering for CUDA then runs the Pallas Triton and Mosaic GPU
+    lowering rules of those paths)."""
     from pallas_kernels import act_quant, fp8_paths
-    from jqlin.kernels import pallas_fp4, pallas_fp8
     monkeypatch.setattr(fp8_paths, "mosaic_wgmma_ok", lambda interpret: True)
-    routed = lambda m, k, min_m, *, interpret=False: (  # noqa: E731
-        min_m is not None and not interpret and m >= min_m and k % 128 == 0)
-    for mod in (act_quant, pallas_fp4, pallas_fp8):
-        monkeypatch.setattr(mod, "serves", routed)
-    monkeypatch.setattr(pallas_call_registration, "gpu_info_lib", types.SimpleNamespace(
-        get_gpu_info=lambda: types.SimpleNamespace(compute_capability=90)))
+    monkeypatch.setattr(act_quant, "_on_gpu", lambda: True)
 
 
 @pytest.mark.parametrize("fmt", formats.names())
-def test_the_gpu_paths_lower_with_each_output_dtype(monkeypatch, fmt):
+def test_the_gpu_paths_lower_with_each_output_dtype(monkeypatch, triton_sm90, fmt):
     """Every Pallas kernel of the format, both modes, decode to prefill M: its GPU path with a
     bf16 x and out_dtype=float32 (at M=1 also float32 x -> bf16, float16 x -> float32, bf16 x
     -> float16) lowers for sm_90 and returns (M, N) in out_dtype: what the interpreter cannot
     check of the decode / Mosaic / dense paths (test_gpu_float32_outputs_at_real_sizes runs
     them). At M=1 with whole tiles a Mosaic GPU kernel runs, in both modes, for every format
     but the FP8 W8A8 ones (Triton)."""
-    _trace_as_on_sm90(monkeypatch)
+    _choose_as_on_sm90(monkeypatch)
     spec = formats.get(fmt)
     k = 4096
     kw = {"calibration": jax.ShapeDtypeStruct((4, k), F32)} if spec.static_input_scale else {}

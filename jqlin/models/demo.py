@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import formats
-from ..dispatch import registered_kernels
+from ..dispatch import kernels_for
 from ..checkpoint import convert, load_checkpoint
 from ..nn.quantize_model import quant_layers
 from .llama import from_checkpoint
@@ -54,15 +54,15 @@ def run_llama_demo(checkpoint_dir: str | os.PathLike, out: Callable[[str], Any] 
 
     m = ids.shape[1]
     kernels = {}
-    registered = registered_kernels()
     out(f"kernel per layer (M={m} prompt rows):")
     for path, layer in quant_layers(model).items():
         ex = layer.explain((m, layer.in_features))
         kernels[path] = ex.chosen
         name = formats.name_of(ex.spec) or ex.spec.describe()
         # kernels that declare this spec but were rejected here (platform, shape, mode)
+        declared = kernels_for(ex.spec)
         why = ", ".join(f"{k} ({v.split(';')[0]})" for k, v in ex.rejected.items()
-                        if registered[k].spec_mismatch(ex.spec) is None)
+                        if k in declared)
         out(f"  {path:<34} {name:<16} -> {ex.chosen}" + (f"   rejected: {why}" if why else ""))
 
     result: dict[str, Any] = {"tokens": np.asarray(gen.tokens[0]).tolist(), "kernels": kernels}

@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from pallas_kernels import KShardError, deterministic_rows, k_shards
 
-from ..dispatch import output_dtype, explain, matmul, registered_kernels
+from ..dispatch import explain, matmul, output_dtype, registered_kernels
 from ..numerics.tiling import sharded_amax
 from ..qweight import QuantizedWeight
 from ..spec import Granularity

@@ -227,14 +227,9 @@ def test_nvfp4_operand_of_bf16_rows_is_the_rule_bitwise(rng):
     _check_nvfp4(rng, "compressed-tensors", 40, 512, interpret=True, dtype=jnp.bfloat16)
 
 
-def test_kernels_lower_for_the_gpu(monkeypatch, tiles):
+def test_kernels_lower_for_the_gpu(triton_sm90, tiles):
     """The kernels lower to Triton for an sm_90 GPU from this machine (interpret mode never
-    runs the Triton lowering rules: session 32 met a rule that fails there only on the H200).
-    Pallas asks the runtime for the GPU's compute capability; the test names one."""
-    import types
-    from jax._src.pallas.triton import pallas_call_registration
-    monkeypatch.setattr(pallas_call_registration, "gpu_info_lib", types.SimpleNamespace(
-        get_gpu_info=lambda: types.SimpleNamespace(compute_capability=90)))
+    runs the Triton lowering rules: session 32 met a rule that fails there only on the H200)."""
     x = jnp.ones((77, 1024), jnp.bfloat16)
     calls = [lambda x: e4m3_codes(x, jnp.ones((77, 8), jnp.float32))]
     calls += [lambda x, r=r: nvfp4_operand(x, jnp.float32(1), rule=r) for r in NVFP4_RULES]
