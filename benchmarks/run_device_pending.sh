@@ -6,7 +6,8 @@
 # kernel's time against XLA's rule and the products with it. Each stage time-boxed; logs and JSON
 # in $OUT.
 # Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order),
-#   then outdtype (session 36's out_dtype GPU tests + bench_out_dtype), rows8 / rows4 (README rows)
+#   then outdtype (test_out_dtype + bench_out_dtype), kgpu (the kernels' GPU tests), rows8 /
+#   rows4 (README rows)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -55,19 +56,21 @@ if [[ $STAGES == *mx* ]]; then
     grep -vE "Warn|warn" "$OUT/mx_breakdown_$act.log" | tail -12 | cut -c1-200
   done
 fi
-if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype: never run on a GPU yet)
-  timeout "${T_ODT_TESTS:-130}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf \
-    tests/test_out_dtype.py tests/nn/test_quant_dense.py tests/nn/test_linen.py \
-    > "$OUT/pytest_out_dtype.log" 2>&1; echo "pytest out_dtype rc=$?"
-  tail -8 "$OUT/pytest_out_dtype.log" | cut -c1-300
-  timeout "${T_KTESTS:-230}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf -m gpu \
-    tests/kernels/test_pallas_fp8.py tests/kernels/test_pallas_fp4_gpu.py \
-    > "$OUT/pytest_kernels.log" 2>&1; echo "pytest kernels rc=$?"
-  tail -12 "$OUT/pytest_kernels.log" | cut -c1-300
-  timeout "${T_ODT:-100}" python3 benchmarks/bench_out_dtype.py --reps 3 \
-    --formats nvfp4_a16,mxfp8_a16,fp8_per_channel_a16,nvfp4 --shapes 8192x8192 \
+if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype, session 38's stacked parts)
+  timeout "${T_ODT_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
+    -p no:cacheprovider tests/test_out_dtype.py > "$OUT/pytest_out_dtype.log" 2>&1
+  echo "pytest out_dtype rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_out_dtype.log"
+  timeout "${T_ODT:-200}" python3 benchmarks/bench_out_dtype.py --reps 3 \
+    --formats nvfp4_a16,mxfp4_a16,mxfp8_a16,fp8_per_channel_a16,fp8_block_a16,nvfp4 \
+    --variants "${ODT_VARIANTS:-bf16_out,f32_out,f32_x,f16_x}" --shapes 8192x8192 \
     --m 1,16,256,4096 --out "$OUT/out_dtype.json" > "$OUT/out_dtype.log" 2>&1
-  echo "bench out_dtype rc=$?"; tail -20 "$OUT/out_dtype.log" | cut -c1-200
+  echo "bench out_dtype rc=$?"; grep -E "^probe" "$OUT/out_dtype.log" | cut -c1-200
+fi
+if [[ $STAGES == *kgpu* ]]; then  # every GPU test of the FP8 and 4-bit kernels (> 230 s)
+  timeout "${T_KTESTS:-500}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short -m gpu \
+    -p no:cacheprovider tests/kernels/test_pallas_fp8.py tests/kernels/test_pallas_fp4_gpu.py \
+    > "$OUT/pytest_kernels.log" 2>&1
+  echo "pytest kernels rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_kernels.log"
 fi
 if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)
   timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \

@@ -4,6 +4,11 @@ acc_rtol of the |.|-sum bound (accumulation) plus one rounding to y's dtype."""
 import jax.numpy as jnp
 import numpy as np
 
+# fp8 MMAs (W8A8) accumulate inside the tensor core with ~14 significant bits (DeepSeek-V3
+# report, sec. 3.3.2) for promote_k = 128 elements (4 MMAs of K=32) before the float32 add:
+# <= 4 roundings of 2^-13 relative to that interval's |.|-sum, i.e. 5e-4 overall.
+GPU_ACC_RTOL_FP8 = 5e-4
+
 
 def assert_within_bound(y, ref, bound, acc_rtol: float, out_dtype) -> None:
     y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
@@ -12,3 +17,20 @@ def assert_within_bound(y, ref, bound, acc_rtol: float, out_dtype) -> None:
     tol = acc_rtol * bound + ulp * np.maximum(np.abs(ref), np.abs(y))
     excess = np.abs(y - ref) / tol
     assert excess.max() <= 1.0, f"max |y-ref|/tol {excess.max():.3g}"
+
+
+def w8a8_float64(x, qw):
+    """float64 y and |.|-sum bound from the activation codes + scales the W8A8 glue computes.
+
+    On the GPU the XLA reference path is not an oracle for fp8-activation specs: run 2 measured
+    it 2.7e-2 (normwise) away from float64 of the same codes (XLA rewrites the dequantize ->
+    dot pattern), while the codes themselves are the reference's (test_pallas_fp8, CPU)."""
+    from jqlin.kernels.pallas_fp8 import quantize_x
+    q, s, kind = quantize_x(x, qw, qw.spec)
+    sx = np.asarray(s, np.float64)
+    xq = np.asarray(q.astype(jnp.float32), np.float64) * (
+        np.repeat(sx, 128, 1) if kind == "group" else sx)
+    wd = np.asarray(qw.dequantize_storage(), np.float64)
+    y, bound = xq @ wd.T, np.abs(xq) @ np.abs(wd).T
+    trim = lambda a: np.asarray(qw.trim_rows(jnp.asarray(a, jnp.float32)), np.float64)
+    return trim(y), trim(bound)

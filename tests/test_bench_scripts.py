@@ -215,12 +215,12 @@ def test_jqlin_bench_runs_its_small_grid(tmp_path):
     assert not [r for r in recs if r.get("error")] and "vs bf16" in out, out
 
 
-def test_bench_out_dtype_times_the_three_variants(tmp_path):
+def test_bench_out_dtype_times_each_variant(tmp_path):
     out = tmp_path / "od.json"
     _run(["benchmarks/bench_out_dtype.py", "--smoke", "--formats", "mxfp8_a16,fp8_ptpc",
           "--out", str(out)], tmp_path)
     recs = _strict_json(out.read_text())["records"]
     labels = {r["label"] for r in recs}
     assert labels == {"bf16"} | {f"{f}:{v}" for f in ("mxfp8_a16", "fp8_ptpc")
-                                 for v in ("bf16_out", "f32_out", "f32_x")}, labels
+                                 for v in ("bf16_out", "f32_out", "f32_x", "f16_x")}, labels
     assert all(r["median_us"] > 0 for r in recs)

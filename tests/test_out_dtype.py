@@ -11,6 +11,9 @@ import jqlin
 from jqlin import dispatch, formats
 from jqlin.spec import Granularity
 
+from float64_bound import GPU_ACC_RTOL_FP8, assert_within_bound, w8a8_float64
+from invariance import assert_rows_batch_invariant
+
 F32, BF16 = jnp.float32, jnp.bfloat16
 
 
@@ -38,9 +41,21 @@ def _x(rng, m, k, dtype):
     return jnp.asarray(x, dtype)
 
 
+def _fp8_mma(spec) -> bool:
+    """The FP8 W8A8 formats: fp8 x fp8 MMAs (the others multiply exact bf16 / f16 operands)."""
+    return spec.activation is not None and spec.weight.granularity in (
+        Granularity.TENSOR, Granularity.CHANNEL, Granularity.BLOCK)
+
+
 def _close_to_reference(y, x, qw, rtol):
     """y against the XLA reference's float32 output for the same x values (float32 sums of
-    exact products: the kernels differ only in summation order)."""
+    exact products: the kernels differ only in summation order) -- but on the GPU an fp8 MMA
+    sums inside the tensor core with ~14 bits: there against float64 of the same codes within
+    that accumulation's bound (test_pallas_fp8's)."""
+    if _fp8_mma(qw.spec) and jax.default_backend() == "gpu":
+        ref, bound = w8a8_float64(x, qw)
+        assert_within_bound(y, ref, bound, GPU_ACC_RTOL_FP8, F32)
+        return
     ref = np.asarray(jqlin.matmul(x.astype(F32), qw, kernel="xla"), np.float64)
     y = np.asarray(y, np.float64)
     assert np.isfinite(y).all()
@@ -70,6 +85,41 @@ def test_the_output_is_the_float32_accumulator_rounded_once(rng, fmt, kernel):
     np.testing.assert_array_equal(
         np.asarray(down),
         np.asarray(jqlin.matmul(x32, qw, kernel=kernel, deterministic=True).astype(BF16)))
+
+
+WIDER_X = [(fmt, kernel, dt) for fmt, kernel in CASES if kernel != "xla"
+           and formats.get(fmt).activation is None
+           for dt in ((F32,) if kernel == "pallas_fp8_w8a16" else (F32, jnp.float16))]
+
+
+@pytest.mark.parametrize("fmt,kernel,x_dtype", WIDER_X)
+def test_a_wider_x_runs_as_its_exact_bf16_parts(rng, fmt, kernel, x_dtype):
+    """Weight-only with a float32 x (float16 for the 4-bit / MX kernels, whose fast paths take
+    one bf16 operand): its exact bf16 parts run stacked as rows (explain says so; on the 4-bit /
+    MX dense path at prefill, as a list), so the
+    result is the product of x's own values -- within float32 summation of float64's (measured
+    3e-8 - 7e-8 in interpret mode), where x rounded to bf16 would be ~1e-3 off -- in both
+    modes, rows batch-invariant."""
+    qw = _weight(rng, fmt, n=40, k=256)
+    x = _x(rng, 5, 256, x_dtype)
+    x = x + jnp.asarray(rng.standard_normal(x.shape) * 2.0 ** -12, x_dtype) * x  # low bits
+    ref = np.asarray(x, np.float64) @ np.asarray(qw.dequantize(), np.float64).T
+    parts = 3 if x_dtype == F32 else 2
+    detail = jqlin.explain(x, qw, kernel=kernel).detail
+    assert f"{parts} exact bf16 parts" in detail["activation_parts"], detail
+    for det in (False, True):
+        y = jqlin.matmul(x, qw, kernel=kernel, deterministic=det, out_dtype=F32)
+        err = np.linalg.norm(np.asarray(y, np.float64) - ref) / np.linalg.norm(ref)
+        assert err <= 1e-5, (det, err)
+    assert_rows_batch_invariant(qw, 256, x_dtype, rng, (2, 7), f"{fmt} {x_dtype}",
+                                kernel=kernel)
+    if kernel != "pallas_fp8_w8a16":  # prefill: the dense path takes the parts as a list
+        x = _x(rng, 1024, 256, x_dtype)
+        detail = jqlin.explain(x, qw, kernel=kernel).detail
+        assert "each one dot of the once-dequantized weight" in detail["activation_parts"]
+        ref = np.asarray(x, np.float64) @ np.asarray(qw.dequantize(), np.float64).T
+        y = np.asarray(jqlin.matmul(x, qw, kernel=kernel, out_dtype=F32), np.float64)
+        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) <= 1e-5
 
 
 @pytest.mark.parametrize("bad", [jnp.float64, jnp.int8, jnp.float8_e4m3fn, "e4m3", 3])
@@ -112,7 +162,8 @@ def test_grad_and_vmap_keep_the_output_dtype(rng):
 @pytest.mark.parametrize("fmt", formats.names())
 def test_gpu_float32_outputs_at_real_sizes(rng, fmt):
     """The auto kernel on the GPU, decode to prefill M (each path: decode, Mosaic, dense),
-    N of whole Mosaic tiles and N with a partial tile (Triton)."""
+    N of whole Mosaic tiles and N with a partial tile (Triton); weight-only with a float32 x
+    (its bf16 parts as rows) at M=1 and 300 against float64 of x's own values."""
     k = 4096
     for n, m in GPU_SHAPES:
         qw = _weight(rng, fmt, n, k)
@@ -124,6 +175,13 @@ def test_gpu_float32_outputs_at_real_sizes(rng, fmt):
         # tensor-core float32 sums are not IEEE round-to-nearest: the GPU kernels' bound
         _close_to_reference(y32, x, qw, 2e-5)
         _close_to_reference(jqlin.matmul(x, qw, out_dtype=F32), x, qw, 2e-5)
+        if formats.get(fmt).activation is None and m in (1, 300):  # (its parts as rows)
+            x32 = _x(rng, m, k, F32) * (1 + 2.0 ** -12 * jnp.asarray(
+                rng.standard_normal((m, k)), F32))
+            ref = np.asarray(x32, np.float64) @ np.asarray(qw.dequantize(), np.float64).T
+            y = np.asarray(jqlin.matmul(x32, qw), np.float64)
+            err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+            assert err <= 2e-5, f"{fmt} float32 x N={n} M={m}: relative error {err:.3g}"
 
 
 def _choose_as_on_sm90(monkeypatch) -> None:
@@ -165,7 +223,5 @@ def test_the_gpu_paths_lower_with_each_output_dtype(monkeypatch, triton_sm90, fm
                 assert (out.shape, out.dtype) == ((m, n), out_dtype), (name, n, m, det, out)
                 if (n, m, x_dtype) == (4096, 1, BF16) and "mosaic_gpu" in low.as_text():
                     mosaic.add(det)
-    w8a8 = spec.activation is not None and spec.weight.granularity in (
-        Granularity.TENSOR, Granularity.CHANNEL, Granularity.BLOCK)
-    want = set() if w8a8 else {False, True}
+    want = set() if _fp8_mma(spec) else {False, True}
     assert mosaic == want, (fmt, mosaic)

@@ -7,7 +7,8 @@ format's own quantized activations:
   pallas_mxfp8  e4m3 + e8m0 scale per 32           (mxfp8_a16, mxfp8)
 
 Hopper has no FP4 MMA: weights are dequantized in the kernel to bf16 (exact) for bf16 MMAs
-with float32 accumulation. On sm_90 with one bf16 activation operand (bf16 x, or a quantized
+with float32 accumulation. A float16 / float32 x runs as its exact bf16 parts stacked as rows
+(stacked_parts). On sm_90 with one bf16 activation operand (bf16 x, or a quantized
 activation), NVFP4 and MXFP4 in default mode at M <= 16 run the plain-pipeline decode kernel
 (pallas_kernels.group_a16_decode_mgpu, session 28: several CTAs an SM) where N, K suit it --
 deterministic mode too, in group_a16_mgpu's order (the same bits; session 29); with
@@ -26,8 +27,8 @@ available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quan
 activations are computed here, before the kernel, by the XLA reference's rule
 (`quantize_activation`: two XLA fusions, the amax and one pass, since session 30) -- on the GPU
 by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand, session
-32, nvfp4_operand_path; act_quant.mx_operand, session 35, mx_operand_path) -- so the codes are the reference's codes bit for bit, and are
-handed over in a form that is exact in bf16:
+32, nvfp4_operand_path; act_quant.mx_operand, session 35, mx_operand_path) -- so the codes are
+the reference's codes bit for bit, and are handed over in a form that is exact in bf16:
   * MX: code * 2**k (<= 4 significant bits);
   * NVFP4: code * e4m3 block scale, with the activation's global scale moved to the float32
     accumulator next to the weight's (t = s / g is not a bf16 number, s and 1/g separately are).
@@ -42,9 +43,9 @@ from pallas_kernels.act_quant import mx_operand, nvfp4_operand, serves
 from pallas_kernels.common import MatmulConfig
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
                                        fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
-                                       resolve_dequant_config)
+                                       path_for, resolve_dequant_config)
 from pallas_kernels.group_dequant import dequant_pass_fits
-from pallas_kernels.mx_core import activation_parts, split_activation
+from pallas_kernels.mx_core import split_activation
 from pallas_kernels.mx_dense import DENSE_MIN_M
 from pallas_kernels.mx_fp8 import MXFP8_KERNEL, mxfp8_matmul, mxfp8_w8a8_matmul
 
@@ -55,6 +56,7 @@ from ..numerics.tiling import expand
 from ..qweight import QuantizedWeight
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
 from .pallas_common import HOPPER_PALLAS
+from .stacked_parts import describe_parts, on_stacked_parts, part_count
 from .xla import pad_k
 
 __all__ = ["NVFP4", "MXFP4", "MXFP8", "apply", "describe_config", "mx_activation_operand",
@@ -88,8 +90,18 @@ _A_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size
                       dynamic=(True,), global_scale=(False,))
 
 def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
-    """Weight-only: the activation as exact bf16 parts, K padded to the storage."""
+    """Weight-only: the activation as exact bf16 parts (several only on the dense path:
+    _parts_listed), K padded to the storage."""
     return split_activation(pad_k(x2d, qw.storage_shape[1]))
+
+
+def _parts_listed(m: int, deterministic: bool, config, path) -> bool:
+    """Whether a wider x's bf16 parts go to the kernel as a list rather than stacked as rows: on
+    the dense path (default mode from DENSE_MIN_M: one dequantization, a dot per part), where
+    stacking only adds a copy of x and of the outputs. H100, session 38 (bench_out_dtype.py,
+    8192x8192, M=4096, float32 x, separate runs): NVFP4 W4A16 listed 2281 us, stacked 2591 us;
+    MXFP8 W8A16 2263 / 2323 us."""
+    return path_for(m, deterministic, config, path) == "dense"
 
 
 def nvfp4_operand_path(m: int, k_storage: int, *, interpret: bool = False) -> str:
@@ -178,8 +190,17 @@ def apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *, deterministic
           fp4_layout: str | None = None, decode: str | None = None, path: str | None = None,
           mxfp8_variant: str | None = None, out_dtype=None) -> jax.Array:
     """The kernel of qw's weight family on a QuantizedWeight, output in out_dtype (default
-    x's; benchmarks pass overrides)."""
+    x's; benchmarks pass overrides). Weight-only with a float16 / float32 x runs its exact bf16
+    parts stacked as rows (stacked_parts: the one-bf16-operand paths; the overrides then apply
+    to that call) -- except on the dense path, which takes them as they are (_parts_listed)."""
     wk = spec.weight
+    if (spec.activation is None and part_count(x2d.dtype) > 1
+            and not _parts_listed(x2d.shape[0], deterministic, config, path)):
+        return on_stacked_parts(
+            lambda xs: apply(xs, qw, spec, deterministic=deterministic, interpret=interpret,
+                             config=config, fp4_layout=fp4_layout, decode=decode, path=path,
+                             out_dtype=F32),
+            x2d, out_dtype or x2d.dtype, deterministic=deterministic)
     kw = dict(out_dtype=jnp.dtype(out_dtype or x2d.dtype), deterministic=deterministic,
               config=config, path=path, interpret=interpret)
     if wk.scale_dtype == "float8_e4m3fn":  # NVFP4
@@ -221,16 +242,20 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     del kernel
     n, k = qw.storage_shape
     wk = spec.weight
-    parts = 1 if spec.activation is not None else activation_parts(x_dtype)
+    count = 1 if spec.activation is not None else part_count(x_dtype)
+    listed = count > 1 and _parts_listed(m, deterministic, None, None)
+    if not listed:
+        m *= count  # (a wider x: its bf16 parts as rows)
     fmt = GROUP_FORMAT["e2m1" if wk.is_fp4 else "e4m3",
                        "e4m3" if wk.scale_dtype == "float8_e4m3fn" else "e8m0"]
-    path = mgpu_path(fmt, m, n, k, parts, BF16 if parts == 1 else x_dtype,
-                     deterministic=deterministic, config=None, path=None, interpret=False)
+    path = mgpu_path(fmt, m, n, k, 1, BF16, deterministic=deterministic, config=None,
+                     path=None, interpret=False)
     # one predicate for the pass and its explanation (mx_dense.dequantized)
     dequant = ("one Pallas pass (group_dequant)"
                if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
                                     group=wk.group_size) else "one XLA pass")
-    out = _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic)
+    out = {**describe_parts(count, x_dtype, stacked=not listed),
+           **_describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic)}
     if spec.activation is not None and wk.scale_dtype == "float8_e4m3fn":
         out["activation_operand"] = (
             "one Pallas pass (act_quant.nvfp4_operand, div.rn.f32)"
@@ -243,7 +268,7 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     return out
 
 
-def _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic) -> dict:
+def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic) -> dict:
     wk = spec.weight
     if path == "decode":
         from pallas_kernels.group_a16_decode_mgpu import group_decode_params
@@ -272,7 +297,7 @@ def _describe_path(path, m, n, k, qw, spec, fmt, parts, dequant, deterministic) 
             MXFP4_KERNEL if wk.is_fp4 else MXFP8_KERNEL)
     cfg = resolve_dequant_config(name, m=m, n=n, k=k, elem_bits=4 if wk.is_fp4 else 8,
                                  group=wk.group_size, deterministic=deterministic, config=None,
-                                 extra=f"{parts}")
+                                 extra="1")
     out = {**cfg.to_json(), "path": "pallas"}
     if wk.is_fp4:
         out["fp4_layout"] = fp4_layout_for(cfg, None)

@@ -47,6 +47,7 @@ from ..numerics.activations import fp8_division_scale
 from ..qweight import QuantizedWeight
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
 from .pallas_common import HOPPER_PALLAS
+from .stacked_parts import describe_parts, on_stacked_parts, part_count
 from .xla import pad_k
 
 __all__ = ["W8A16", "W8A8", "BLOCK", "describe_config", "w8a16_apply", "w8a8_apply",
@@ -55,6 +56,8 @@ __all__ = ["W8A16", "W8A8", "BLOCK", "describe_config", "w8a16_apply", "w8a8_app
 # Default mode runs an XLA GEMM from this M on (read by jqlin.bench to compile such cases apart;
 # W8A8 whole-K scales from the lower one)
 XLA_GEMM_MIN_M = min(DENSE_MIN_M, W8A8_DENSE_MIN_M)
+# x dtypes the W8A16 kernels take as they are (e4m3 -> either is exact); float32 as bf16 parts
+_A16_NATIVE = (jnp.bfloat16, jnp.float16)
 _E4M3 = ("float8_e4m3fn",)
 _F32 = ("float32",)
 _W_KIND = {Granularity.TENSOR: "tensor", Granularity.CHANNEL: "channel",
@@ -88,7 +91,15 @@ def w8a16_apply(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
                 out_dtype=None) -> jax.Array:
     """The W8A16 kernel on a QuantizedWeight (output in out_dtype, default x's). `config`
     replaces the resolved tile config; `config_overrides` changes fields of the resolved one,
-    `path` the path (benchmarks)."""
+    `path` the path (benchmarks). A float32 x runs as its three exact bf16 parts stacked as
+    rows (stacked_parts: the 16-bit paths); config / path then apply to that call."""
+    if part_count(x2d.dtype, native=_A16_NATIVE) > 1:
+        return on_stacked_parts(
+            lambda xs: w8a16_apply(xs, qw, spec, deterministic=deterministic,
+                                   interpret=interpret, config=config,
+                                   config_overrides=config_overrides, path=path,
+                                   out_dtype=jnp.float32),
+            x2d, out_dtype or x2d.dtype, deterministic=deterministic)
     scale, kind = _weight_scale(qw, spec)
     x = pad_k(x2d, qw.storage_shape[1])  # block formats store K padded to whole blocks
     if config_overrides:
@@ -166,6 +177,9 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                     deterministic: bool) -> dict:
     """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)
     and, for the W8A8 kernels, who computes the activation codes (codes_path)."""
+    if kernel == W8A16.name and (count := part_count(x_dtype, native=_A16_NATIVE)) > 1:
+        return {**describe_parts(count, x_dtype),
+                **_describe_path(kernel, count * m, qw, spec, jnp.bfloat16, deterministic)}
     out = _describe_path(kernel, m, qw, spec, x_dtype, deterministic)
     if kernel != W8A16.name:
         out["activation_codes"] = (
@@ -225,8 +239,9 @@ W8A16 = register_kernel(Kernel(
     name="pallas_fp8_w8a16",
     impl=w8a16_impl,
     honours=((_W_TC, WEIGHT_ONLY), (_W_BLOCK, WEIGHT_ONLY)),
-    description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers, f32 MMA "
-                "accumulation. sm_90 with 16-bit x: Mosaic GPU swap-AB wgmma kernel (K ranges "
+    description="Pallas FP8 weight-only: e4m3 tile -> x dtype in registers (float32 x: its "
+                "three exact bf16 parts as rows), f32 MMA accumulation. sm_90 with 16-bit "
+                "x: Mosaic GPU swap-AB wgmma kernel (K ranges "
                 "for decode; deterministic mode too, its K order fixed by K), at M = 1 and 9-16 "
                 "(block scales at M <= 16 up to K = 14336; deterministic mode at M <= 16 where "
                 "N or K <= 4096, in its order) a plain-pipeline one of several CTAs an SM; "

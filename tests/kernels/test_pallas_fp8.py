@@ -21,6 +21,7 @@ from jqlin.kernels.xla import reference_activation
 from pallas_kernels import (MatmulConfig, cache_config, clear_config_cache, fp8_matmul,
                             resolve_config)
 from pallas_kernels.fp8_heuristics import w8a16_heuristic
+from float64_bound import GPU_ACC_RTOL_FP8, w8a8_float64
 from invariance import assert_rows_batch_invariant
 
 KERNEL_OF = {
@@ -35,10 +36,6 @@ ULP_REL = {jnp.dtype(jnp.float32): 2.0 ** -23, jnp.dtype(jnp.bfloat16): 2.0 ** -
 CPU_ACC_RTOL = 1e-5
 # Tensor-core float32 accumulation is not IEEE round-to-nearest: ~1e-4 of the |.|-sum.
 GPU_ACC_RTOL = 1e-4
-# fp8 MMAs (W8A8 at M >= 64) accumulate inside the tensor core with ~14 significant bits
-# (DeepSeek-V3 report, sec. 3.3.2) for promote_k = 128 elements (4 MMAs of K=32) before the
-# float32 add: <= 4 roundings of 2^-13 relative to that interval's |.|-sum, i.e. 5e-4 overall.
-GPU_ACC_RTOL_FP8 = 5e-4
 FP8_MMA_FORMATS = {"fp8_per_tensor", "fp8_ptpc", "fp8_block"}
 
 
@@ -427,10 +424,15 @@ def test_dispatch_runs_the_dense_path_at_prefill_sizes(rng):
         ref = np.asarray(dispatch.matmul(x, qw, kernel="xla"))
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(),
                                    err_msg=fmt)
-    # the explanation names the widening pass where the weight-only dense path takes it
-    def path(x_dtype):
-        return describe_config("pallas_fp8_w8a16", 1024, qw, qw.spec, x_dtype, False)["path"]
-    assert "fp8_widen" in path(jnp.bfloat16) and "fp8_widen" not in path(jnp.float32)
+    # the explanation names the widening pass where the weight-only dense path takes it (a
+    # float32 x: its bf16 parts as 3M rows, also on the dense path)
+    def path(x_dtype, m=1024):
+        return describe_config("pallas_fp8_w8a16", m, qw, qw.spec, x_dtype, False)
+    assert "fp8_widen" in path(jnp.bfloat16)["path"] and "activation_parts" not in path(
+        jnp.bfloat16)
+    assert "fp8_widen" in path(jnp.float32)["path"]
+    assert "3 exact bf16 parts" in path(jnp.float32)["activation_parts"]
+    assert path(jnp.float32, m=342)["path"].startswith("dense")  # (3 * 342 rows)
 
 
 def test_launch_rejects_bad_arguments(rng):
@@ -503,22 +505,6 @@ GPU_SHAPES = {  # (K, N): Llama-3-8B qkv; DeepSeek-V3-like K with a partial 128-
 GPU_MS = (1, 2, 7, 16, 64, 255, 4096)
 
 
-def _f64_from_codes(x, qw):
-    """float64 y and |.|-sum bound from the activation codes + scales the W8A8 glue computes.
-
-    On the GPU the XLA reference path is not an oracle for fp8-activation specs: run 2 measured
-    it 2.7e-2 (normwise) away from float64 of the same codes (XLA rewrites the dequantize ->
-    dot pattern), while the codes themselves are the reference's (test above, CPU)."""
-    q, s, kind = quantize_x(x, qw, qw.spec)
-    sx = np.asarray(s, np.float64)
-    xq = np.asarray(q.astype(jnp.float32), np.float64) * (
-        np.repeat(sx, 128, 1) if kind == "group" else sx)
-    wd = np.asarray(qw.dequantize_storage(), np.float64)
-    y, bound = xq @ wd.T, np.abs(xq) @ np.abs(wd).T
-    trim = lambda a: np.asarray(qw.trim_rows(jnp.asarray(a, jnp.float32)), np.float64)
-    return trim(y), trim(bound)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", sorted(KERNEL_OF))
 def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
@@ -532,7 +518,7 @@ def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
         if formats.get(fmt).activation is None:
             ref, bound = dispatch.matmul(x, qw, kernel="xla"), _abs_bound(x, qw)
         else:
-            ref, bound = _f64_from_codes(x, qw)
+            ref, bound = w8a8_float64(x, qw)
             ref = jnp.asarray(ref, jnp.float32).astype(x.dtype)  # one rounding, as y has
         for det in (False, True):
             y = dispatch.matmul(x, qw, deterministic=det)
@@ -563,7 +549,7 @@ def test_gpu_mid_m_paths_match_the_reference(rng, fmt):
         if weight_only:
             ref, bound = dispatch.matmul(x, qw, kernel="xla"), _abs_bound(x, qw)
         else:
-            ref, bound = _f64_from_codes(x, qw)
+            ref, bound = w8a8_float64(x, qw)
             ref = jnp.asarray(ref, jnp.float32).astype(x.dtype)
         e, r = close_report(dispatch.matmul(x, qw), ref, bound,
                             GPU_ACC_RTOL if weight_only else GPU_ACC_RTOL_FP8)
@@ -665,6 +651,6 @@ def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):
     y = np.asarray(dispatch.matmul(x, qw, kernel="pallas_fp8_block"))
     assert y.shape == (m, 200) and np.isfinite(y).all()
     triton = np.asarray(w8a8_apply(x, qw, qw.spec, interpret=True, path="pallas"))
-    ref, bound = _f64_from_codes(x, qw)
+    ref, bound = w8a8_float64(x, qw)
     assert_close(y, ref, bound, CPU_ACC_RTOL)
     assert_close(y, triton, bound, CPU_ACC_RTOL)

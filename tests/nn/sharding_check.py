@@ -125,8 +125,14 @@ check("nvfp4 row, Auto-axis mesh", layer("nvfp4", 512, 512, x), x, "row", mesh=a
 # by N (programs per SM); with 4 "SMs" a 128-row shard would pick another K split than the
 # 512-row layer, so this only passes because the shards resolve their configs for all 512 rows.
 import pallas_kernels.fp8_heuristics as fp8_h  # noqa: E402
+import pallas_kernels.fp8_paths as fp8_paths  # noqa: E402
 import pallas_kernels.mx_heuristics as mx_h  # noqa: E402
 fp8_h.num_sms = mx_h.num_sms = lambda: 4
+# The Mosaic GPU interpreter cannot run on several devices at once (one device's end-of-kernel
+# check sees another's barriers), and a float32 x runs as bf16 rows, which the interpreter would
+# give the Mosaic W8A16 kernel: these checks run the Triton kernels' schedules (tests/models/
+# tp_check.py checks the Mosaic kernels' row-parallel schedule on GPUs).
+fp8_paths.mosaic_wgmma_ok = lambda interpret: False
 for fmt, kernel, k in [("fp8_per_channel_a16", "pallas_fp8_w8a16", 1024),
                        ("nvfp4_a16", "pallas_nvfp4", 2048)]:
     heuristic = (lambda n, kk: fp8_h.w8a16_heuristic(None, n, kk, per_block=False)
@@ -178,9 +184,6 @@ for fmt, kernel in [("fp8_per_channel_a16", "pallas_fp8_w8a16"),
     row_bitwise(fmt, kernel, mesh2)
 row_bitwise("fp8_per_channel_a16", "pallas_fp8_w8a16", mesh)  # 4 K-slices of the 4 splits
 row_bitwise("mxfp8_a16", "pallas_mxfp8", mesh2, x_dtype=jnp.bfloat16)  # a model's activations
-# (16-bit x would run the Mosaic GPU W8A16 kernel, whose interpreter cannot run on several
-# devices at once -- one device's end-of-kernel check sees another's barriers; tests/models/
-# tp_check.py checks its row-parallel schedule on GPUs.)
 
 # Where the deterministic schedule has fewer K splits than devices (K=256: two K-steps, one
 # split), or the kernel is the XLA one, the row-parallel sum stays a psum: warned.
