@@ -324,7 +324,7 @@ def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
     activations instead (never chosen implicitly).
     out_dtype: bfloat16, float16 or float32; None: x's dtype. Every kernel accumulates in
     float32 and rounds once to it, so float32 outputs (partial sums, logits) need no cast of x,
-    which would change the kernel's path (a float32 x is three bf16 parts on the GPU).
+    which would cost MMAs (weight-only kernels run a float32 x as its three exact bf16 parts).
     An empty batch (a zero in x's leading dims) gives the empty result after the same kernel
     choice and checks, without running a kernel.
     """

@@ -110,7 +110,8 @@ A16 = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4", "mxfp8_a16": "p
 def test_an_inf_activation_gives_the_references_infinities(rng, fmt, dtype):
     """Weight-only: a row holding +-inf comes out +-inf where the XLA reference's does (NaN
     where it multiplies a zero weight), through the Pallas kernel (interpret mode), in every
-    activation dtype (float32 / float16 rows reach the 4-bit kernels as exact bf16 parts)."""
+    activation dtype (a float32 row reaches the kernels as exact bf16 parts, and so does a
+    float16 one the 4-bit / MX kernels)."""
     qw = qweight.quantize(jnp.asarray(rng.standard_normal((128, 256)), jnp.float32), fmt)
     x = rng.standard_normal((3, 256)).astype(np.float32)
     x[1, 7], x[2, 100] = np.inf, -np.inf

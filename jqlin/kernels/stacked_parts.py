@@ -47,10 +47,11 @@ def on_stacked_parts(run: Callable[[jax.Array], jax.Array], x2d: jax.Array, out_
     parts = split_activation(x2d)
     y = run(jnp.concatenate(parts, axis=0))
     if deterministic:
-        # keeps the kernel's last multiply (a scale on an XLA GEMM's result) out of the adds'
-        # fusion, where XLA contracts it into an FMA for some shapes and not others (CPU: a
-        # column shard's bits differed from the unsharded layer's). Default mode lets them
-        # fuse: H100, 8192x8192, M=4096, FP8 W8A16 float32 x 2327 us fused, 2605 fenced
+        # keeps the call's last XLA multiply (a scale in the kernel's finish; in the
+        # interpreter, the kernel itself) out of the adds' fusion, where XLA contracts it into
+        # an FMA for some shapes and not others (CPU: a column shard's bits differed from the
+        # unsharded layer's). Default mode lets them fuse: H100, 8192x8192, M=4096, FP8 W8A16
+        # (its dense path: a scale on the GEMM's result) float32 x 2327 us fused, 2605 fenced
         # (session 38, bench_out_dtype.py, separate runs).
         y = lax.optimization_barrier(y)
     total = y[:m]

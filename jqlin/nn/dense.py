@@ -213,7 +213,7 @@ class QuantDense(nnx.Module):
         """The dtype of the product and its output: `dtype`, else x's promoted with `promote`,
         else x's own. x is cast to it, except a 16-bit x under float32: its values are already
         float32 values, so it stays as it is and the kernel writes float32 (`out_dtype`) -- a
-        float32 x would take the GPU kernels' slower float32-activation path."""
+        float32 x would run as its three bf16 parts (three times the MMAs)."""
         if self.dtype is not None:
             return jnp.dtype(self.dtype)
         if self.promote is not None:

@@ -251,7 +251,7 @@ def _sharded_fn(tp: TensorParallel, spec, shape, storage, segments, layout, name
                         f"device in the last bits (column parallel keeps them bitwise)",
                         stacklevel=1)
                 # f32 partials: summing rounded bf16 partials would add error the unsharded
-                # layer lacks (x keeps its dtype: a float32 x is another kernel path)
+                # layer lacks (x keeps its dtype: a float32 x would cost three times the MMAs)
                 yl = matmul(xl, w, out_dtype=jnp.float32, **opts)
             return jax.lax.psum(yl, tp.axis)
 
