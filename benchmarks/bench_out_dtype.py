@@ -1,4 +1,4 @@
-"""Float32 outputs from bf16 activations, three ways, side by side in one process against bf16
+"""Float32 outputs and wider activations, side by side in one process against bf16
 `jnp.dot`: the kernel's bf16 output (`matmul(x)`), its float32 output (`matmul(x,
 out_dtype=float32)`, what row-parallel layers and float32-promoting QuantDense layers run since
 session 36) and the float32 x they ran before (`matmul(x.astype(float32))`: since session 38

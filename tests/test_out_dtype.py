@@ -96,10 +96,9 @@ WIDER_X = [(fmt, kernel, dt) for fmt, kernel in CASES if kernel != "xla"
 def test_a_wider_x_runs_as_its_exact_bf16_parts(rng, fmt, kernel, x_dtype):
     """Weight-only with a float32 x (float16 for the 4-bit / MX kernels, whose fast paths take
     one bf16 operand): its exact bf16 parts run stacked as rows (explain says so; on the 4-bit /
-    MX dense path at prefill, as a list), so the
-    result is the product of x's own values -- within float32 summation of float64's (measured
-    3e-8 - 7e-8 in interpret mode), where x rounded to bf16 would be ~1e-3 off -- in both
-    modes, rows batch-invariant."""
+    MX dense path at prefill, as a list), so the result is the product of x's own values --
+    within float32 summation of float64's (measured 3e-8 - 7e-8 in interpret mode), where x
+    rounded to bf16 would be ~1e-3 off -- in both modes, rows batch-invariant."""
     qw = _weight(rng, fmt, n=40, k=256)
     x = _x(rng, 5, 256, x_dtype)
     x = x + jnp.asarray(rng.standard_normal(x.shape) * 2.0 ** -12, x_dtype) * x  # low bits
