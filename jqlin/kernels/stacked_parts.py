@@ -28,7 +28,7 @@ from pallas_kernels.mx_core import activation_parts, split_activation
 
 __all__ = ["part_count", "on_stacked_parts", "describe_parts"]
 
-F32, BF16 = jnp.float32, jnp.bfloat16
+BF16 = jnp.bfloat16
 
 
 def part_count(x_dtype, *, native: tuple = (BF16,)) -> int:

@@ -9,13 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from float64_bound import assert_within_bound
+from float64_bound import GPU_ACC_RTOL_FP8, assert_within_bound
 from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
 from pallas_kernels.mgpu_common import tile_index
 
 # fp8 MMAs accumulate inside the tensor core with ~14 significant bits per 128-K block (as the
-# Triton block kernel, test_pallas_fp8.GPU_ACC_RTOL_FP8); the interpreter sums in float32.
-GPU_ACC_RTOL = 5e-4
+# Triton block kernel); the interpreter sums in float32.
+GPU_ACC_RTOL = GPU_ACC_RTOL_FP8
 CPU_ACC_RTOL = 1e-5
 
 
