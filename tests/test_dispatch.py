@@ -336,3 +336,68 @@ def test_kernels_for_lists_the_declaring_kernels_in_autos_order(rng, fmt):
     for name in registry:
         ex = jqlin.explain((1, 256), qw, kernel=name)
         assert (ex.chosen == name) == (name in names), (name, ex.rejected)
+
+
+def _fake(name, **kw):
+    """A kernel over every spec that runs the XLA reference (removed by the caller)."""
+    def impl(x2d, qw, *, spec, deterministic, interpret, out_dtype):
+        return jqlin.matmul(x2d, qw.with_spec(spec), kernel="xla", out_dtype=out_dtype)
+    return Kernel(name=name, impl=impl, platforms=("cpu",), batch_invariant=True, priority=90,
+                  honours=((KeyPattern(), dispatch.ANY_ACTIVATION),), **kw)
+
+
+def test_a_compute_capability_floor_rejects_and_auto_moves_on(rng, on_cpu):
+    """The CPU has no compute capability: a kernel that needs one is passed over (and said so),
+    and forcing it is an error naming both."""
+    dispatch.register_kernel(_fake("test_sm90", min_compute_capability=(9, 0)))
+    try:
+        ex = jqlin.explain((2, 64), _qw(rng))
+        assert ex.chosen == "xla"
+        assert ex.rejected["test_sm90"] == "needs compute capability >= (9, 0), device has None"
+        with pytest.raises(jqlin.UnsupportedSpecError, match=r"test_sm90.*>= \(9, 0\)"):
+            jqlin.matmul(np.ones((2, 64), F32), _qw(rng), kernel="test_sm90")
+    finally:
+        dispatch.unregister_kernel("test_sm90")
+
+
+def test_a_kernels_shape_check_decides_per_call(rng, on_cpu):
+    """check_shapes(m, k, qw) sees the call's M and the weight's K: a refusal names the reason
+    and auto moves on; an accepted shape runs the kernel."""
+    seen = []
+
+    def check(m, k, qw):
+        seen.append((m, k, qw.shape))
+        return None if k % 64 == 0 else f"K={k} is not a multiple of 64"
+    dispatch.register_kernel(_fake("test_shapes", check_shapes=check))
+    try:
+        odd = _qw(rng, n=32, k=96)
+        x = rng.standard_normal((3, 96)).astype(F32)
+        assert jqlin.explain(x, odd).rejected["test_shapes"] == "K=96 is not a multiple of 64"
+        assert jqlin.explain(x, odd).chosen == "xla"
+        with pytest.raises(jqlin.UnsupportedSpecError, match="K=96 is not a multiple of 64"):
+            jqlin.matmul(x, odd, kernel="test_shapes")
+        even = _qw(rng, n=32, k=128)
+        x = rng.standard_normal((5, 128)).astype(F32)
+        assert jqlin.explain(x, even).chosen == "test_shapes"
+        np.testing.assert_array_equal(np.asarray(jqlin.matmul(x, even)),
+                                      np.asarray(jqlin.matmul(x, even, kernel="xla")))
+        assert (3, 96, (32, 96)) in seen and (5, 128, (32, 128)) in seen
+    finally:
+        dispatch.unregister_kernel("test_shapes")
+
+
+def test_a_format_is_a_registered_row(rng):
+    """formats.register: a new name serves quantize / explain like a built-in one; the same
+    spec again is a no-op; another spec under a taken name is an error."""
+    spec = jqlin.QuantSpec(jqlin.QuantKey("float8_e4m3fn", "group", group_size=32))
+    formats.register("test_fp8_g32_a16", spec)
+    try:
+        formats.register("test_fp8_g32_a16", spec)
+        assert formats.get("test_fp8_g32_a16") == spec
+        assert formats.name_of(spec) == "test_fp8_g32_a16"
+        qw = jqlin.quantize(rng.standard_normal((8, 64)).astype(F32), "test_fp8_g32_a16")
+        assert qw.spec == spec and qw.scale.shape == (8, 2)
+        with pytest.raises(ValueError, match="already registered with another spec"):
+            formats.register("test_fp8_g32_a16", formats.get("fp8_block_a16"))
+    finally:
+        formats.REGISTRY.pop("test_fp8_g32_a16")

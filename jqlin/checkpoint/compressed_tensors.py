@@ -23,8 +23,8 @@ import re
 from .. import formats
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, linear_modules, quantized_modules,
-                   add_unquantized_siblings)
+from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warning, linear_modules,
+                   quantized_modules, add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 T, C, TOK, B, G = (Granularity.TENSOR, Granularity.CHANNEL, Granularity.TOKEN,
@@ -115,9 +115,7 @@ def _kv_cache_warning(qc: dict) -> list[str]:
     kv = qc.get("kv_cache_scheme")
     if not kv:
         return []
-    return [f"{_CFG}: kv_cache_scheme is {kv!r} but KV-cache quantization is not applied: "
-            "jqlin runs the KV cache in the model dtype (k/v scale tensors, if any, are kept "
-            "as ordinary tensors)"]
+    return [kv_cache_warning(_CFG, "kv_cache_scheme", kv)]
 
 
 def _parse_groups(qc: dict) -> list[_Group]:
@@ -151,8 +149,35 @@ def _parse_groups(qc: dict) -> list[_Group]:
         if fmt not in _FORMATS:
             raise _Unsupported(f"{_CFG}: '{key}.format' {fmt!r} is not supported (jqlin reads "
                                f"{', '.join(_FORMATS[:-1])})")
-        groups.append(_Group(name, tuple(targets), g.get("weights"), g.get("input_activations"), fmt))
+        groups.append(_Group(name, tuple(targets), _resolved_args(g.get("weights"), f"{key}.weights"),
+                             _resolved_args(g.get("input_activations"),
+                                            f"{key}.input_activations"), fmt))
     return groups
+
+
+def _resolved_args(args: dict | None, key: str) -> dict | None:
+    """Quantization args as compressed-tensors reads them (QuantizationArgs' validators):
+    `strategy` / `dynamic` strings in any case, and a missing strategy inferred from group_size
+    (none -> tensor, > 0 -> group, -1 -> channel)."""
+    if args is None:
+        return None
+    args = dict(args)
+    for field in ("strategy", "dynamic"):
+        if isinstance(args.get(field), str):
+            args[field] = args[field].lower()
+    if args.get("strategy") is None:
+        gs = args.get("group_size")
+        if gs is None:
+            args["strategy"] = "tensor"
+        elif isinstance(gs, int) and gs > 0:
+            args["strategy"] = "group"
+        elif gs == -1:
+            args["strategy"] = "channel"
+        else:
+            raise config_error(_CFG, f"{key}.group_size",
+                               "a positive int (group) or -1 (channel) where strategy is absent",
+                               gs)
+    return args
 
 
 def _match(module: str, pattern: str) -> bool:

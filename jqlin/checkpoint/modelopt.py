@@ -19,8 +19,8 @@ import fnmatch
 
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, module_tensors, quantized_modules,
-                   add_unquantized_siblings)
+from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warning, module_tensors,
+                   quantized_modules, add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 MO = ScaleRule.MODELOPT
@@ -144,9 +144,7 @@ def _kv_cache_warnings(info: dict, qc: dict, where: str) -> list[str]:
     for key in ("kv_cache_quant_algo", "kv_cache_scheme"):
         kv = _pick(info, qc, key)
         if kv:
-            return [f"{where}: {key} is {kv!r} but KV-cache quantization is not applied: jqlin "
-                    "runs the KV cache in the model dtype (k/v scale tensors, if any, are kept "
-                    "as ordinary tensors)"]
+            return [kv_cache_warning(where, key, kv)]
     return []
 
 

@@ -97,6 +97,13 @@ class Source:
         return qc
 
 
+def kv_cache_warning(where: str, key: str, value: Any) -> str:
+    """The note for a KV-cache quantization setting, which jqlin reads but does not apply."""
+    return (f"{where}: {key} is {value!r} but KV-cache quantization is not applied: jqlin runs "
+            "the KV cache in the model dtype (k/v scale tensors, if any, are kept as ordinary "
+            "tensors)")
+
+
 def config_error(file: str, key: str, expected: str, got: Any) -> CheckpointError:
     return CheckpointError(f"{file}: '{key}' must be {expected}, got {got!r}")
 

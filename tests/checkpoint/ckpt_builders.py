@@ -232,6 +232,8 @@ def args(num_bits, strategy, *, dynamic=False, group_size=None, block=None, scal
          type_="float", symmetric=True) -> dict:
     d = {"num_bits": num_bits, "type": type_, "strategy": strategy, "dynamic": dynamic,
          "group_size": group_size, "symmetric": symmetric}
+    if strategy is None:  # compressed-tensors infers it from group_size
+        del d["strategy"]
     if block is not None:
         d["block_structure"] = list(block)
     if scale_dtype is not None:
@@ -242,3 +244,32 @@ def args(num_bits, strategy, *, dynamic=False, group_size=None, block=None, scal
 def modelopt_hq(algo: str, *, exclude=("lm_head", "model.embed_tokens"), **extra) -> dict:
     q = {"quant_algo": algo, "kv_cache_quant_algo": None, "exclude_modules": list(exclude), **extra}
     return {"producer": {"name": "modelopt", "version": "0.47.0"}, "quantization": q}
+
+
+# -- comparing checkpoints bit for bit ------------------------------------------------------
+def _bits(a):
+    a = np.asarray(a)
+    return a.reshape(-1).view(np.uint8), a.shape, a.dtype
+
+
+def assert_same_weight(a, b, name=""):
+    assert a.spec == b.spec and a.shape == b.shape and a.segments == b.segments, name
+    assert a.layout == b.layout
+    for field in ("data", "scale", "global_scale", "input_scale"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert (x is None) == (y is None), (name, field)
+        if x is not None:
+            bx, sx, dx = _bits(x)
+            by, sy, dy = _bits(y)
+            assert sx == sy and dx == dy, (name, field, sx, sy, dx, dy)
+            np.testing.assert_array_equal(bx, by, err_msg=f"{name}.{field}")
+
+
+def assert_same_checkpoint(a, b):
+    assert sorted(a.layers) == sorted(b.layers)
+    for m in a.layers:
+        assert_same_weight(a.layers[m], b.layers[m], m)
+    assert sorted(a.tensors) == sorted(b.tensors)
+    for n in a.tensors:
+        np.testing.assert_array_equal(_bits(a.tensors[n])[0], _bits(b.tensors[n])[0], err_msg=n)
+        assert a.tensors[n].dtype == b.tensors[n].dtype

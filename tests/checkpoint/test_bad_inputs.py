@@ -354,6 +354,9 @@ MALFORMED = {
         lambda q: q["config_groups"]["group_0"].update(weights="fp8")), "weights"),
     "ct_targets_int": ("ct_channel", lambda c: c.qc(
         lambda q: q["config_groups"]["group_0"].update(targets=3)), "targets"),
+    "ct_no_strategy_group_size_zero": ("ct_channel", lambda c: c.qc(
+        lambda q: q["config_groups"]["group_0"]["weights"].update(strategy=None, group_size=0)),
+        r"group_0\.weights\.group_size.*-1 \(channel\)"),
     "ct_ignore_string": ("ct_channel", lambda c: c.qc(lambda q: q.update(ignore=7)), "ignore"),
     "fp8_block_size_string": ("ds_block", lambda c: c.qc(lambda q: q.update(weight_block_size="128")),
                               "weight_block_size"),

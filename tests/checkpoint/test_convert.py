@@ -13,37 +13,10 @@ from jqlin.checkpoint import convert
 from jqlin.checkpoint import native
 from jqlin.checkpoint.safetensors_io import ShardWriter, TensorStore
 import ckpt_builders as cb
+from ckpt_builders import assert_same_checkpoint, assert_same_weight
 
 FIXTURE_FOLDERS = ["bf16", "ct_fp8_dynamic", "ct_fp8_block", "ct_nvfp4a16", "ct_mxfp8",
                    "modelopt_nvfp4", "modelopt_fp8_pb_wo"]
-
-
-def _bits(a):
-    a = np.asarray(a)
-    return a.reshape(-1).view(np.uint8), a.shape, a.dtype
-
-
-def assert_same_weight(a, b, name=""):
-    assert a.spec == b.spec and a.shape == b.shape and a.segments == b.segments, name
-    assert a.layout == b.layout
-    for field in ("data", "scale", "global_scale", "input_scale"):
-        x, y = getattr(a, field), getattr(b, field)
-        assert (x is None) == (y is None), (name, field)
-        if x is not None:
-            bx, sx, dx = _bits(x)
-            by, sy, dy = _bits(y)
-            assert sx == sy and dx == dy, (name, field, sx, sy, dx, dy)
-            np.testing.assert_array_equal(bx, by, err_msg=f"{name}.{field}")
-
-
-def assert_same_checkpoint(a, b):
-    assert sorted(a.layers) == sorted(b.layers)
-    for m in a.layers:
-        assert_same_weight(a.layers[m], b.layers[m], m)
-    assert sorted(a.tensors) == sorted(b.tensors)
-    for n in a.tensors:
-        np.testing.assert_array_equal(_bits(a.tensors[n])[0], _bits(b.tensors[n])[0], err_msg=n)
-        assert a.tensors[n].dtype == b.tensors[n].dtype
 
 
 @pytest.mark.parametrize("folder", FIXTURE_FOLDERS)

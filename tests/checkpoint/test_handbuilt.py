@@ -7,7 +7,9 @@ import pytest
 
 import jqlin
 from jqlin import GlobalScale, Granularity as Gr, QuantKey, QuantSpec, ScaleRule
+from jqlin.checkpoint import convert
 import ckpt_builders as cb
+from ckpt_builders import assert_same_checkpoint
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 VLLM, CT, MO = ScaleRule.VLLM, ScaleRule.CT, ScaleRule.MODELOPT
@@ -59,6 +61,26 @@ def ct_fp8_channel_f32():
                      QuantKey(E4M3, Gr.TOKEN, dynamic=True, rule=CT))
     return (dict(producer=lambda m, w: cb.fp8_channel(w), quantization_config=cb.ct_config({"g": g})),
             "compressed-tensors/fp8_ptpc", {m: spec for m in ALL})
+
+
+def ct_fp8_strategy_inferred():
+    """Args without `strategy`, as compressed-tensors accepts them: group_size -1 is channel,
+    none is tensor; strategy strings in any case."""
+    g = cb.ct_group(cb.args(8, None, group_size=-1), cb.args(8, "TOKEN", dynamic=True),
+                    "float-quantized", targets=["re:.*mlp\\..*_proj$"])
+    t = cb.ct_group(cb.args(8, None), cb.args(8, None), "float-quantized",
+                    targets=["re:.*self_attn\\..*_proj$"])
+
+    def prod(m, w):
+        if "self_attn" in m:
+            return cb.fp8_tensor(w, scale_shape=(1,), static_input=(1,))
+        return cb.fp8_channel(w)
+    tensor = QuantSpec(QuantKey(E4M3, Gr.TENSOR, rule=CT), QuantKey(E4M3, Gr.TENSOR, rule=CT))
+    channel = QuantSpec(QuantKey(E4M3, Gr.CHANNEL, rule=CT),
+                        QuantKey(E4M3, Gr.TOKEN, dynamic=True, rule=CT))
+    return (dict(producer=prod, quantization_config=cb.ct_config({"g": g, "t": t})),
+            "compressed-tensors/mixed-precision",
+            {m: tensor if "self_attn" in m else channel for m in ALL})
 
 
 def ct_fp8_group():
@@ -166,6 +188,15 @@ def mo_mxfp8():
                  hf_quant_config=cb.modelopt_hq("MXFP8")), "modelopt/MXFP8", {m: spec for m in ALL})
 
 
+def mo_fp8_pb_wo_2d_scale():
+    """FP8_PB_WO with its block scales as a plain (N/128, K/128) grid (build.py accepts it
+    beside the exporter's 4-D (N/128, 1, K/128, 1))."""
+    spec = QuantSpec(QuantKey(E4M3, Gr.BLOCK, block=(128, 128), rule=MO))
+    return (dict(producer=lambda m, w: cb.fp8_block(w, scale_name="weight_scale"),
+                 hf_quant_config=cb.modelopt_hq("FP8_PB_WO")), "modelopt/FP8_PB_WO",
+            {m: spec for m in ALL})
+
+
 def mo_mixed():
     layers = {m: ({"quant_algo": "FP8"} if "self_attn" in m else
                   {"quant_algo": "NVFP4", "group_size": 16}) for m in ALL if "down_proj" not in m}
@@ -211,6 +242,7 @@ CASES = {
     "ct_fp8_tensor_static": ct_fp8_tensor_static,
     "ct_fp8_channel_f32": ct_fp8_channel_f32,
     "ct_fp8_group": ct_fp8_group,
+    "ct_fp8_strategy_inferred": ct_fp8_strategy_inferred,
     "ct_nvfp4_w4a4": ct_nvfp4_w4a4,
     "ct_mxfp4": ct_mxfp4,
     "ct_old_mxfp4_alias": ct_old_mxfp4_alias,
@@ -220,6 +252,7 @@ CASES = {
     "modelopt_fp8_per_channel_per_token": mo_fp8_pcpt,
     "modelopt_w4a16_nvfp4": mo_nvfp4_w4a16,
     "modelopt_mxfp8": mo_mxfp8,
+    "modelopt_fp8_pb_wo_2d_scale": mo_fp8_pb_wo_2d_scale,
     "modelopt_mixed_precision": mo_mixed,
     "modelopt_lowercase_config_json": mo_lowercase_algo_in_config_json,
 }
@@ -254,6 +287,17 @@ def check_loaded(ck, fmt, specs, expected, plain, raw):
 def test_handbuilt_loads_and_dequantizes(tmp_path, rng, case):
     path, fmt, specs, expected, plain, raw = make_case(case, tmp_path, rng)
     check_loaded(jqlin.load_checkpoint(path), fmt, specs, expected, plain, raw)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_handbuilt_converts_and_reloads_bitwise(tmp_path, rng, case):
+    """Every converter path (each source format's planner) into a jqlin checkpoint, reloaded
+    without source-format logic: the same specs and bits, the source format recorded."""
+    path, fmt, *_ = make_case(case, tmp_path, rng)
+    src = jqlin.load_checkpoint(path)
+    out = jqlin.load_checkpoint(convert(path, tmp_path / "out", progress=False))
+    assert out.format == "jqlin" and out.source_format == fmt
+    assert_same_checkpoint(src, out)
 
 
 def test_sharded_index(tmp_path, rng):

@@ -215,6 +215,7 @@ KV = {
                                                  "strategy": "tensor", "dynamic": False,
                                                  "symmetric": True}), "kv_cache_scheme"),
     "modelopt": (dict(kv_cache_quant_algo="FP8"), "kv_cache_quant_algo is 'FP8'"),
+    "fp8": (dict(kv_cache_scheme="static"), "kv_cache_scheme is 'static'"),  # AutoFP8
 }
 
 
@@ -240,3 +241,21 @@ def test_kv_cache_quantization_warns_that_it_is_not_applied(tmp_path, rng, ecosy
     assert "note: " in report.render()
     with pytest.warns(UserWarning, match="KV-cache quantization is not applied"):
         convert(tmp_path, dst, progress=False)
+
+
+def test_kv_cache_scales_without_a_config_key_warn_too(tmp_path, rng):
+    """AutoFP8's k_proj / v_proj `output_scale` tensors (FORMATS.md 3a) with no kv_cache_scheme
+    in the config: still a KV-cache scheme jqlin does not apply, so still said."""
+    qc = {"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]}
+
+    def prod(m, w):
+        t, deq = cb.fp8_tensor(w, static_input=())
+        if m.endswith(("k_proj", "v_proj")):
+            t["output_scale"] = np.array(0.05, np.float32)
+        return t, deq
+    cb.build(tmp_path, rng, prod, quantization_config=qc)
+    with pytest.warns(UserWarning, match="KV-cache quantization is not applied") as rec:
+        ck = jqlin.load_checkpoint(tmp_path)
+    assert len(rec) == 1 and "k_proj.output_scale' and 1 more" in str(rec[0].message)
+    assert sorted(n for n in ck.tensors if n.endswith("output_scale")) == [
+        f"{cb.ATTN}.k_proj.output_scale", f"{cb.ATTN}.v_proj.output_scale"]
