@@ -6,8 +6,9 @@
 # kernel's time against XLA's rule and the products with it. Each stage time-boxed; logs and JSON
 # in $OUT.
 # Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order),
-#   then outdtype (test_out_dtype + bench_out_dtype), kgpu (the kernels' GPU tests), rows8 /
-#   rows4 (README rows)
+#   then outdtype (test_out_dtype + bench_out_dtype), kgpu (the FP8 / 4-bit kernels' GPU tests),
+#   krest (every other GPU test of the kernels, dispatch and numerics), rows8 / rows4 (README
+#   rows)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -17,17 +18,24 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 STAGES=${1:-tests,w8a8,act,mx}
 M_LIST=${M_LIST:-1,16,64,256,4096}; K_LIST=${K_LIST:-4096,8192}
 SHAPES=${SHAPES:-4096x4096,8192x8192}
-GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.15)
+# Each pytest worker gets ~21 GB of GPU memory (0.15 of an H200): the 24576x7168 rows test of
+# test_group_a16_mgpu runs out at 12 GB (0.15 of an H100, session 39), so an H100 runs fewer
+# workers: gpu_workers N is N, or fewer where the card's memory says.
+TOTAL_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+WORKER_MIB=21000
+GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false
+         XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round($WORKER_MIB / $TOTAL_MIB, 3))"))
+gpu_workers() { python3 -c "print(max(1, min($1, int(0.9 * $TOTAL_MIB // $WORKER_MIB))))"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *tests* ]]; then
-  timeout "${T_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf --durations=5 \
+  timeout "${T_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
     tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
     tests/test_transforms.py tests/test_dispatch.py \
     > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi
 if [[ $STAGES == *w8a8* ]]; then
-  timeout "${T_W8A8:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -m gpu -n 6 -rf \
+  timeout "${T_W8A8:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -m gpu -n "$(gpu_workers 6)" -rf \
     tests/kernels/test_pallas_fp8.py \
     -k "(gpu_matches_reference or batch_invariant) and (ptpc or block or per_tensor) and not a16" \
     > "$OUT/pytest_w8a8.log" 2>&1; echo "pytest w8a8 rc=$?"
@@ -57,7 +65,7 @@ if [[ $STAGES == *mx* ]]; then
   done
 fi
 if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype, session 38's stacked parts)
-  timeout "${T_ODT_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
+  timeout "${T_ODT_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
     -p no:cacheprovider tests/test_out_dtype.py > "$OUT/pytest_out_dtype.log" 2>&1
   echo "pytest out_dtype rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_out_dtype.log"
   timeout "${T_ODT:-200}" python3 benchmarks/bench_out_dtype.py --reps 3 \
@@ -67,10 +75,21 @@ if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype, session 38's st
   echo "bench out_dtype rc=$?"; grep -E "^probe" "$OUT/out_dtype.log" | cut -c1-200
 fi
 if [[ $STAGES == *kgpu* ]]; then  # every GPU test of the FP8 and 4-bit kernels (> 230 s)
-  timeout "${T_KTESTS:-500}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short -m gpu \
+  timeout "${T_KTESTS:-500}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short -m gpu \
     -p no:cacheprovider tests/kernels/test_pallas_fp8.py tests/kernels/test_pallas_fp4_gpu.py \
     > "$OUT/pytest_kernels.log" 2>&1
   echo "pytest kernels rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_kernels.log"
+fi
+if [[ $STAGES == *krest* ]]; then  # the other kernels' GPU tests and the GPU dispatch / numerics
+  # tests (H100, -n 4 at 0.15: 363 tests, > 560 s; KREST_K: a -k filter)
+  timeout "${T_KREST:-560}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+    -m gpu -p no:cacheprovider ${KREST_K:+-k "$KREST_K"} tests/kernels/test_act_quant.py \
+    tests/kernels/test_fp8_a16_decode_mgpu.py tests/kernels/test_fp8_block_a16_mgpu.py \
+    tests/kernels/test_fp8_block_mgpu.py tests/kernels/test_fp8_widen.py \
+    tests/kernels/test_group_a16_decode_mgpu.py tests/kernels/test_group_a16_mgpu.py \
+    tests/kernels/test_group_dequant.py tests/test_dispatch.py tests/test_numerics.py \
+    > "$OUT/pytest_krest.log" 2>&1
+  echo "pytest krest rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_krest.log"
 fi
 if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)
   timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
