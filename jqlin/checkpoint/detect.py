@@ -15,6 +15,14 @@ from .safetensors_io import TensorStore
 __all__ = ["open_source", "plan_for", "SUPPORTED_METHODS"]
 
 SUPPORTED_METHODS = ("fp8", "compressed-tensors", "modelopt", native.QUANT_METHOD)
+# methods FORMATS.md sec. 8 names that jqlin does not read, and why
+_KNOWN_UNSUPPORTED = {
+    "fbgemm_fp8": "its per-row dynamic activation scales are capped by activation_scale_ub, a "
+                  "rule no jqlin ScaleRule reproduces, and loading the weights under another "
+                  "rule would change the activations' numerics",
+    "mxfp4": "gpt-oss stores MXFP4 mixture-of-experts weights (*_blocks / *_scales, 3-D per "
+             "expert); jqlin's layers are dense Linears",
+}
 
 
 def _read_json(path: pathlib.Path, *, required: bool) -> dict | None:
@@ -99,9 +107,11 @@ def _plan_for(source: Source) -> Plan:
     elif method == "fp8":
         plan = hf_fp8.plan(source)
     else:
+        why = _KNOWN_UNSUPPORTED.get(method)
         raise CheckpointError(
             f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} is not "
-            f"supported (jqlin reads {', '.join(repr(m) for m in SUPPORTED_METHODS)})")
+            f"supported{f': {why}' if why else ''} (jqlin reads "
+            f"{', '.join(repr(m) for m in SUPPORTED_METHODS)})")
     problem = _declared_but_unquantized(source, plan)
     if problem is not None:
         plan.problems[file_problem_key("quantization config")] = problem
