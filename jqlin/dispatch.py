@@ -21,7 +21,7 @@ from . import formats
 from .errors import UnsupportedSpecError
 from .qweight import QuantizedWeight
 from .rowwise import seq_map
-from .spec import Granularity, QuantKey, QuantSpec
+from .spec import Granularity, QuantKey, QuantSpec, ScaleRule
 
 __all__ = ["KeyPattern", "Kernel", "register_kernel", "unregister_kernel", "registered_kernels", "kernels_for", "matmul", "explain",
            "Explanation", "WEIGHT_ONLY", "current_platform"]
@@ -40,11 +40,14 @@ class KeyPattern:
     block: tuple[tuple[int, int], ...] | None = None
     group_size: tuple[int, ...] | None = None
     global_scale: tuple[bool, ...] | None = None  # whether a global scale is present
+    # the producer rules a kernel computes itself (a kernel that quantizes activations by its
+    # own code must not take a rule it does not implement)
+    rule: tuple[ScaleRule, ...] | None = None
 
     def mismatch(self, key: QuantKey) -> str | None:
         got = {"dtype": key.dtype, "granularity": key.granularity, "scale_dtype": key.scale_dtype,
                "dynamic": key.dynamic, "block": key.block, "group_size": key.group_size,
-               "global_scale": key.global_scale is not None}
+               "global_scale": key.global_scale is not None, "rule": key.rule}
         for field, value in got.items():
             allowed = getattr(self, field)
             if allowed is not None and value not in allowed:

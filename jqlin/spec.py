@@ -33,6 +33,9 @@ class ScaleRule(str, enum.Enum):
     CT = "compressed-tensors"
     MODELOPT = "modelopt"
     VLLM = "vllm"  # vLLM CUDA kernels: per-token fp8 scale floored at 1/(448*512)
+    # DeepSeek's inference kernels with `scale_fmt: "ue8m0"` (V3.1 on): power-of-two activation
+    # scales 2**ceil(log2(max(amax, 1e-4) / 448)) of e4m3 groups; activations only
+    DEEPSEEK = "deepseek"
 
 
 class GlobalScale(str, enum.Enum):
@@ -90,6 +93,11 @@ class QuantKey:
             raise ValueError("a global scale only exists over e4m3 group scales (NVFP4)")
         if g is Granularity.TOKEN and not self.dynamic:
             raise ValueError("per-token scales only exist for dynamic activations")
+        if self.rule is ScaleRule.DEEPSEEK and not (
+                self.dynamic and self.dtype == "float8_e4m3fn" and g is Granularity.GROUP
+                and self.scale_dtype == "float8_e8m0fnu"):
+            raise ValueError("rule 'deepseek' (ue8m0 activation scales) is defined only for "
+                             "dynamic e4m3 groups with e8m0 scales")
 
     @property
     def max_value(self) -> float:

@@ -183,6 +183,25 @@ def act_mx(x32, group, fp4, rule="ct"):
     return deq
 
 
+def act_fp8_ue8m0(x32, group=128):
+    """DeepSeek's `scale_fmt: "ue8m0"` activations (its inference kernel's act_quant with
+    round_scale): amax floored at 1e-4, times float32(1/448), rounded up to a power of two;
+    codes e4m3(clip(x / s)). The ceiling by frexp (not the kernel's bit reading). Returns the
+    float64 dequantized values and the scales."""
+    amax = np.maximum(tile_amax(x32, 1, group), F32(1e-4))
+    t = (amax * F32(1 / 448)).astype(F32)
+    s = np.empty(t.shape, np.float64)
+    for idx, v in np.ndenumerate(t):
+        if not np.isfinite(v):
+            s[idx] = np.nan  # inf / NaN amax: the NaN scale (its row's outputs are NaN)
+            continue
+        f, e = math.frexp(float(v))  # v = f * 2**e, f in [0.5, 1)
+        s[idx] = math.ldexp(1.0, e - 1 if f == 0.5 else e)
+    with np.errstate(invalid="ignore"):
+        q = e4m3(x32 / expand(s, 1, group).astype(F32))
+    return q.astype(np.float64) * expand(s, 1, group), s
+
+
 def act_nvfp4(x32, global_scale, rule="ct", group=16):
     amax = tile_amax(x32, 1, group)
     g = F32(global_scale)

@@ -206,6 +206,53 @@ def test_fp8_dynamic_activations_are_the_oracle_bitwise(rng, name, rule):
     assert np.array_equal(np.isnan(got), nan) and _same_values(got[~nan], ref[~nan])
 
 
+def test_deepseek_ue8m0_activations_are_the_oracle_bitwise(rng):
+    """ScaleRule.DEEPSEEK (`scale_fmt: "ue8m0"`): codes times power-of-two scales are the
+    oracle's, bitwise, under jit -- groups of 2**-60..2**100, amaxes exactly 448 * 2**j (the
+    scale is 2**j: never doubled by the float32 product with 1/448), just above (doubled),
+    below the 1e-4 floor, zero; a group holding NaN or inf gets the NaN scale."""
+    from jqlin.numerics import quantize_activation
+    from jqlin.spec import Granularity, QuantKey, ScaleRule
+    key = QuantKey("float8_e4m3fn", Granularity.GROUP, scale_dtype="float8_e8m0fnu",
+                   dynamic=True, group_size=128, rule=ScaleRule.DEEPSEEK)
+    k = 512
+    x = (rng.standard_normal((8, k)) * np.exp2(rng.uniform(-60, 100, (8, k // 128)).repeat(128, 1))
+         ).astype(np.float32)
+    x[0, :128] = 0
+    x[1, :128] *= 1e-6 / np.abs(x[1, :128]).max()  # under the floor
+    j = rng.integers(-20, 20, (4,))
+    for r in range(2, 6):  # the amax exactly 448 * 2**j, then the next float32 above it
+        x[r, 128:256] = np.clip(x[r, 128:256], -1, 1) * np.exp2(j[r - 2])
+        x[r, 130] = np.float32(448 * 2.0 ** j[r - 2])
+        x[r, 256:384] = x[r, 128:256]
+        x[r, 258] = np.nextafter(x[r, 130], np.float32(np.inf))
+    run = jax.jit(lambda x: quantize_activation(x, key))
+    q, sc = run(jnp.asarray(x))
+    want, s = oracle.act_fp8_ue8m0(x)
+    assert q.dtype == jnp.float8_e4m3fn and sc.shape == (8, 4)
+    np.testing.assert_array_equal(np.asarray(sc), s)
+    assert _same_values(_codes_times(q, sc, 128), want)
+    sc = np.asarray(sc)
+    assert np.all(sc[2:6, 1] == np.exp2(j)) and np.all(sc[2:6, 2] == np.exp2(j + 1))
+    assert sc[0, 0] == sc[1, 0] == 2.0 ** -22  # ceil(log2(1e-4 / 448))
+    x[6, 5], x[7, 400] = np.nan, np.inf
+    q, sc = run(jnp.asarray(x))
+    sc = np.asarray(sc)
+    assert np.isnan(sc[6, 0]) and np.isnan(sc[7, 3])
+    assert np.isfinite(np.delete(sc.reshape(-1), [6 * 4, 7 * 4 + 3])).all()
+
+
+def test_the_deepseek_rule_is_defined_for_e4m3_e8m0_activation_groups_only():
+    from jqlin.spec import Granularity, QuantKey, ScaleRule
+    for kw in (dict(dynamic=False), dict(scale_dtype="float32"), dict(dtype="float4_e2m1fn")):
+        args = {**dict(dtype="float8_e4m3fn", granularity=Granularity.GROUP, group_size=128,
+                       scale_dtype="float8_e8m0fnu", dynamic=True, rule=ScaleRule.DEEPSEEK), **kw}
+        with pytest.raises(ValueError, match="rule 'deepseek'"):
+            QuantKey(**args)
+    QuantKey("float8_e4m3fn", Granularity.GROUP, scale_dtype="float8_e8m0fnu", dynamic=True,
+             group_size=128, rule=ScaleRule.DEEPSEEK)  # the one it is defined for
+
+
 @pytest.mark.parametrize("rule", ["compressed-tensors", "modelopt"])
 def test_fp8_static_activations_are_the_oracle_bitwise(rng, rule):
     """Static per-tensor FP8 (barrier-free since session 31): codes times scale bitwise the

@@ -4,7 +4,8 @@ Maps config.json's quantization_config to one QuantSpec for every quantized Line
 - no `weight_block_size`: per-tensor `weight_scale` (scalar); `activation_scheme` "static" adds a
   per-tensor `input_scale`, "dynamic" means per-token activation scales at run time;
 - `weight_block_size` [bn, bk]: `weight_scale_inv` grid (ceil(N/bn), ceil(K/bk)) -- a multiplier
-  despite its name -- and dynamic 1 x bk activation groups.
+  despite its name -- and dynamic 1 x bk activation groups; `scale_fmt: "ue8m0"` (DeepSeek-V3.1
+  on) makes their scales powers of two by DeepSeek's own rule (ScaleRule.DEEPSEEK).
 Dynamic activation scales are computed by vLLM's CUDA kernels in this ecosystem, so the
 activation keys carry ScaleRule.VLLM (per-token scale floored at 1/(448*512)). For dynamic
 per-tensor checkpoints vLLM uses per-token scales wherever CUTLASS runs; jqlin records that.
@@ -38,11 +39,8 @@ def plan(source: Source) -> Plan:
     if fmt not in ("e4m3", "float8_e4m3fn"):
         raise config_error(_CFG, "fmt", "'e4m3' (jqlin reads e4m3fn fp8 only)", fmt)
     scale_fmt = qc.get("scale_fmt")
-    if scale_fmt not in (None, "float"):
-        # ue8m0 checkpoints (DeepSeek-V3.1) round activation scales to powers of two at run
-        # time; no ScaleRule reproduces that yet, and loading them otherwise would change numerics.
-        raise config_error(_CFG, "scale_fmt", "absent or 'float' (jqlin has no ue8m0 activation rule)",
-                           scale_fmt)
+    if scale_fmt not in (None, "float", "ue8m0"):
+        raise config_error(_CFG, "scale_fmt", "absent, 'float' or 'ue8m0'", scale_fmt)
     ignored = qc.get("ignored_layers", qc.get("modules_to_not_convert")) or []
     if not isinstance(ignored, list) or not all(isinstance(s, str) for s in ignored):
         raise config_error(_CFG, "ignored_layers", "a list of module names", ignored)
@@ -58,10 +56,18 @@ def plan(source: Source) -> Plan:
                                "'dynamic' with weight_block_size (block FP8 has no static scales)",
                                scheme)
         weight = QuantKey(E4M3, Granularity.BLOCK, block=tuple(block), rule=ScaleRule.VLLM)
-        act = QuantKey(E4M3, Granularity.GROUP, dynamic=True, group_size=block[1],
-                       rule=ScaleRule.VLLM)
-        scale_suffix, name = "weight_scale_inv", "fp8/block"
+        if scale_fmt == "ue8m0":  # DeepSeek-V3.1 on: power-of-two activation scales
+            act = QuantKey(E4M3, Granularity.GROUP, scale_dtype="float8_e8m0fnu", dynamic=True,
+                           group_size=block[1], rule=ScaleRule.DEEPSEEK)
+        else:
+            act = QuantKey(E4M3, Granularity.GROUP, dynamic=True, group_size=block[1],
+                           rule=ScaleRule.VLLM)
+        scale_suffix = "weight_scale_inv"
+        name = "fp8/block_ue8m0" if scale_fmt == "ue8m0" else "fp8/block"
     else:
+        if scale_fmt == "ue8m0":
+            raise config_error(_CFG, "scale_fmt", "'ue8m0' only with weight_block_size (block "
+                               "FP8's dynamic activation groups)", scale_fmt)
         weight = QuantKey(E4M3, Granularity.TENSOR, rule=ScaleRule.VLLM)
         if static:
             act = QuantKey(E4M3, Granularity.TENSOR, rule=ScaleRule.VLLM)

@@ -86,8 +86,10 @@ _A_MXFP4 = KeyPattern(dtype=_E2M1, granularity=_G, scale_dtype=_E8M0, group_size
                       dynamic=(True,), global_scale=(False,))
 _W_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
                       global_scale=(False,))
+# (the MX activation operand computes these two rules: act_quant.mx_operand, numerics._mx)
 _A_MXFP8 = KeyPattern(dtype=_E4M3, granularity=_G, scale_dtype=_E8M0, group_size=(32,),
-                      dynamic=(True,), global_scale=(False,))
+                      dynamic=(True,), global_scale=(False,),
+                      rule=(ScaleRule.CT, ScaleRule.MODELOPT))
 
 def _x_parts(x2d: jax.Array, qw: QuantizedWeight) -> list[jax.Array]:
     """Weight-only: the activation as exact bf16 parts (several only on the dense path:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
 from .exact import div
-from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_modelopt
+from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_deepseek, exponent_modelopt
 from .fp4 import E2M1, E2M1_MAX, cast_e2m1, round_e2m1
 from .fp8 import E4M3, E4M3_MAX, cast_e4m3, round_e4m3
 from .tiling import expand, tile_amax
@@ -77,6 +77,10 @@ def _mx(xf, key):
     if key.granularity is not Granularity.GROUP or not key.dynamic:
         raise ValueError(f"MX activations are dynamic groups along K, got [{key.describe()}]")
     amax = tile_amax(xf, key)
+    if key.rule is ScaleRule.DEEPSEEK:  # (e4m3 only: spec.QuantKey; x / s never passes 448)
+        u = exponent_deepseek(amax)
+        return cast_e4m3(jnp.clip(divide_by_e8m0(xf, expand(u, *xf.shape)), -E4M3_MAX,
+                                  E4M3_MAX)), e8m0_to_f32(u)
     if key.rule is ScaleRule.MODELOPT:
         u = exponent_modelopt(amax, key.max_value)
         ties = "zero"

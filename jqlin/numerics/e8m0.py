@@ -69,3 +69,20 @@ def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
     e = jnp.where(jnp.isinf(v), 127, e)  # ceil(log2(inf)) clamps to 127 (frexp says 0)
     e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)
     return jnp.where(jnp.isnan(amax), 255, e + 127).astype(jnp.uint8)
+
+
+DEEPSEEK_AMAX_FLOOR = 1e-4
+
+
+def exponent_deepseek(amax: jax.Array) -> jax.Array:
+    """DeepSeek's ue8m0 activation scales (its inference kernels' act_quant with
+    `scale_fmt: "ue8m0"`, fast_round_scale): s = 2**ceil(log2(max(amax, 1e-4) * f32(1/448))),
+    the ceiling read off the product's float32 bits (exponent field, plus one where the mantissa
+    is nonzero); returns u = 127 + log2(s), 255 (the NaN scale) for a NaN amax and for an inf one
+    (DeepSeek's scale is inf there: the row's outputs are NaN either way)."""
+    a = jnp.maximum(amax.astype(jnp.float32), jnp.float32(DEEPSEEK_AMAX_FLOOR))
+    t = a * jnp.float32(1.0 / 448.0)
+    bits = jax.lax.bitcast_convert_type(t, jnp.uint32)
+    exp_field = ((bits >> 23) & jnp.uint32(0xFF)).astype(jnp.int32)
+    u = exp_field + ((bits & jnp.uint32(0x7FFFFF)) != 0).astype(jnp.int32)
+    return jnp.where(jnp.isnan(amax), 255, jnp.minimum(u, 255)).astype(jnp.uint8)

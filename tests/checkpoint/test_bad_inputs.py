@@ -183,7 +183,10 @@ CASES = {
         lambda q: q.update(quantization_status="frozen")), ["quantization_status", "frozen"]),
     "fp8_block_static": ("ds_block", lambda c: c.qc(lambda q: q.update(activation_scheme="static")),
                          ["activation_scheme"]),
-    "fp8_ue8m0": ("ds_block", lambda c: c.qc(lambda q: q.update(scale_fmt="ue8m0")), ["scale_fmt"]),
+    "fp8_ue8m0_per_tensor": ("hf_static", lambda c: c.qc(lambda q: q.update(scale_fmt="ue8m0")),
+                             ["scale_fmt", "only with weight_block_size"]),
+    "fp8_scale_fmt_unknown": ("ds_block", lambda c: c.qc(lambda q: q.update(scale_fmt="ue4m3")),
+                              ["scale_fmt", "'ue4m3'"]),
     "fp8_ignored_but_quantized": ("hf_static", lambda c: c.qc(
         lambda q: q.update(ignored_layers=["lm_head", Q])), [f"'{Q}'", "ignored_layers"]),
     "modelopt_unknown_algo": ("mo_nvfp4", lambda c: c.config(

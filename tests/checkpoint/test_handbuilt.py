@@ -47,6 +47,17 @@ def _deepseek(scale_dtype):
     return make
 
 
+def deepseek_v31_ue8m0():
+    """DeepSeek-V3.1 on: `scale_fmt: "ue8m0"`, power-of-two activation scales (DeepSeek's rule)."""
+    qc = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+          "scale_fmt": "ue8m0", "weight_block_size": [128, 128]}
+    spec = QuantSpec(QuantKey(E4M3, Gr.BLOCK, block=(128, 128), rule=VLLM),
+                     QuantKey(E4M3, Gr.GROUP, scale_dtype=E8M0, dynamic=True, group_size=128,
+                              rule=ScaleRule.DEEPSEEK))
+    return (dict(producer=lambda m, w: cb.fp8_block(w), quantization_config=qc),
+            "fp8/block_ue8m0", {m: spec for m in ALL})
+
+
 def ct_fp8_tensor_static():
     g = cb.ct_group(cb.args(8, "tensor"), cb.args(8, "tensor"), "float-quantized")
     prod = lambda m, w: cb.fp8_tensor(w, scale_shape=(1,), static_input=(1,))
@@ -239,6 +250,7 @@ CASES = {
     "hf_fp8_per_tensor_dynamic": hf_fp8_dynamic,
     "deepseek_block_f32_scale_inv": _deepseek(np.float32),
     "deepseek_block_bf16_scale_inv": _deepseek(cb.BF16),
+    "deepseek_v31_ue8m0": deepseek_v31_ue8m0,
     "ct_fp8_tensor_static": ct_fp8_tensor_static,
     "ct_fp8_channel_f32": ct_fp8_channel_f32,
     "ct_fp8_group": ct_fp8_group,
@@ -298,6 +310,36 @@ def test_handbuilt_converts_and_reloads_bitwise(tmp_path, rng, case):
     out = jqlin.load_checkpoint(convert(path, tmp_path / "out", progress=False))
     assert out.format == "jqlin" and out.source_format == fmt
     assert_same_checkpoint(src, out)
+
+
+def test_deepseek_ue8m0_layers_run_deepseeks_activation_rule(tmp_path, rng):
+    """A `scale_fmt: "ue8m0"` layer's product: the stored weight times activations quantized
+    by DeepSeek's power-of-two rule (the NumPy oracle), to float32 accumulation; the
+    activations' codes are not the vLLM rule's. No Pallas kernel takes the rule (the FP8
+    block kernel wants float32 activation scales, the MX kernels compute CT / ModelOpt rules):
+    on a GPU it runs the XLA reference, and explain() says why."""
+    import oracle
+    from jqlin import registered_kernels
+    path, _, specs, expected, *_ = make_case("deepseek_v31_ue8m0", tmp_path, rng)
+    module = f"{cb.MLP}.down_proj"
+    qw = jqlin.load_checkpoint(path).layers[module]
+    n, k = qw.shape
+    x = (rng.standard_normal((5, k)) * np.exp2(rng.uniform(-8, 8, (5, 1)))).astype(np.float32)
+    y = np.asarray(jqlin.matmul(x, qw, out_dtype=jnp.float32))
+    kp = qw.storage_shape[1]
+    deq, _ = oracle.act_fp8_ue8m0(oracle.pad_to(x, 5, kp))
+    ref = deq[:, :k] @ expected[module].astype(np.float64).T
+    assert np.linalg.norm(y - ref) <= 1e-6 * np.linalg.norm(ref)
+    vllm = oracle.act_fp8_dynamic(oracle.pad_to(x, 5, kp), 128, vllm=True)[:, :k]
+    moved = vllm @ expected[module].astype(np.float64).T - ref  # (the rule matters)
+    assert np.linalg.norm(moved) > 1e-4 * np.linalg.norm(ref)
+    kernels = registered_kernels()
+    assert "scale_dtype='float8_e8m0fnu'" in kernels["pallas_fp8_block"].spec_mismatch(qw.spec)
+    mx = jqlin.formats.get("mxfp8")
+    act32 = QuantKey(E4M3, Gr.GROUP, scale_dtype=E8M0, dynamic=True, group_size=32,
+                     rule=ScaleRule.DEEPSEEK)
+    assert "rule='deepseek'" in kernels["pallas_mxfp8"].spec_mismatch(QuantSpec(mx.weight, act32))
+    assert kernels["pallas_mxfp8"].spec_mismatch(mx) is None
 
 
 def test_sharded_index(tmp_path, rng):
