@@ -23,7 +23,7 @@ import re
 from .. import formats
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warning, linear_modules,
+from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warnings, linear_modules,
                    quantized_modules, add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
@@ -108,14 +108,8 @@ def plan(source: Source) -> Plan:
         return (_match_any(module, ignore) is None
                 and _group_for(module, groups, modules, quantized=True) is not None)
     add_unquantized_siblings(problems, store, quantized, expected, f"{_CFG} 'ignore'")
-    return Plan(_format_name(qc, layers), layers, problems, warnings=_kv_cache_warning(qc))
-
-
-def _kv_cache_warning(qc: dict) -> list[str]:
-    kv = qc.get("kv_cache_scheme")
-    if not kv:
-        return []
-    return [kv_cache_warning(_CFG, "kv_cache_scheme", kv)]
+    return Plan(_format_name(qc, layers), layers, problems, warnings=kv_cache_warnings(
+        _CFG, "kv_cache_scheme", qc.get("kv_cache_scheme"), store))
 
 
 def _parse_groups(qc: dict) -> list[_Group]:

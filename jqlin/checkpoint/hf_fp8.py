@@ -17,7 +17,7 @@ import math
 
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
 from .plan import (LayerPlan, Plan, Source, add_unquantized_siblings, config_error,
-                   kv_cache_warning, quantized_modules)
+                   kv_cache_warnings, quantized_modules)
 
 E4M3 = "float8_e4m3fn"
 _CFG = "config.json quantization_config"
@@ -94,24 +94,8 @@ def plan(source: Source) -> Plan:
             input_scale=f"{module}.input_scale" if static else None)
     add_unquantized_siblings(problems, source.store, quantized,
                              lambda m: _ignored(m, ignored) is None, f"{_CFG} 'ignored_layers'")
-    return Plan(name, layers, problems, warnings=_kv_cache_warnings(qc, source))
-
-
-# AutoFP8 writes k_proj / v_proj `output_scale`; vLLM's own name for them is attn k_scale / v_scale
-_KV_SCALE_SUFFIXES = (".k_proj.output_scale", ".v_proj.output_scale", ".k_scale", ".v_scale")
-
-
-def _kv_cache_warnings(qc: dict, source: Source) -> list[str]:
-    kv = qc.get("kv_cache_scheme")
-    if kv:
-        return [kv_cache_warning(_CFG, "kv_cache_scheme", kv)]
-    scales = sorted(n for n in source.store.names() if n.endswith(_KV_SCALE_SUFFIXES))
-    if scales:
-        more = f" and {len(scales) - 1} more" if len(scales) > 1 else ""
-        return [f"the checkpoint stores KV-cache scales ({scales[0]!r}{more}) but KV-cache "
-                "quantization is not applied: jqlin runs the KV cache in the model dtype (the "
-                "scales are kept as ordinary tensors)"]
-    return []
+    return Plan(name, layers, problems, warnings=kv_cache_warnings(
+        _CFG, "kv_cache_scheme", qc.get("kv_cache_scheme"), source.store))
 
 
 def _block_scale_without_block_size(module: str, tensors: dict) -> str:

@@ -19,7 +19,7 @@ import fnmatch
 
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warning, module_tensors,
+from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warnings, module_tensors,
                    quantized_modules, add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
@@ -136,16 +136,15 @@ def plan(source: Source) -> Plan:
                            or p in module for p in exclude)
         add_unquantized_siblings(problems, store, quantized, expected,
                                  f"exclude_modules in {where}")
-    return Plan(f"modelopt/{algo}", layers, problems, warnings=_kv_cache_warnings(info, qc, where))
+    return Plan(f"modelopt/{algo}", layers, problems,
+                warnings=_kv_cache_warnings(info, qc, where, store))
 
 
-def _kv_cache_warnings(info: dict, qc: dict, where: str) -> list[str]:
+def _kv_cache_warnings(info: dict, qc: dict, where: str, store) -> list[str]:
     # hf_quant_config.json says kv_cache_quant_algo; newer config.json exports kv_cache_scheme
-    for key in ("kv_cache_quant_algo", "kv_cache_scheme"):
-        kv = _pick(info, qc, key)
-        if kv:
-            return [kv_cache_warning(where, key, kv)]
-    return []
+    key = next((k for k in ("kv_cache_quant_algo", "kv_cache_scheme") if _pick(info, qc, k)),
+               "kv_cache_quant_algo")
+    return kv_cache_warnings(where, key, _pick(info, qc, key), store)
 
 
 def _layer_plan(module: str, algo: str, group_size, tensors: dict, where: str) -> LayerPlan:

@@ -97,11 +97,25 @@ class Source:
         return qc
 
 
-def kv_cache_warning(where: str, key: str, value: Any) -> str:
-    """The note for a KV-cache quantization setting, which jqlin reads but does not apply."""
-    return (f"{where}: {key} is {value!r} but KV-cache quantization is not applied: jqlin runs "
-            "the KV cache in the model dtype (k/v scale tensors, if any, are kept as ordinary "
-            "tensors)")
+# KV-cache scale tensors: AutoFP8's k_proj / v_proj `output_scale`, the attention's k_scale /
+# v_scale (vLLM's names, compressed-tensors)
+_KV_SCALE_SUFFIXES = (".k_proj.output_scale", ".v_proj.output_scale", ".k_scale", ".v_scale")
+
+
+def kv_cache_warnings(where: str, key: str, value: Any, store: TensorStore) -> list[str]:
+    """The note that KV-cache quantization is read but not applied: for the config's setting
+    (`key` in `where`, when set), else for KV-cache scale tensors stored without one."""
+    if value:
+        return [f"{where}: {key} is {value!r} but KV-cache quantization is not applied: jqlin "
+                "runs the KV cache in the model dtype (k/v scale tensors, if any, are kept as "
+                "ordinary tensors)"]
+    scales = sorted(n for n in store.names() if n.endswith(_KV_SCALE_SUFFIXES))
+    if not scales:
+        return []
+    more = f" and {len(scales) - 1} more" if len(scales) > 1 else ""
+    return [f"the checkpoint stores KV-cache scales ({scales[0]!r}{more}) but KV-cache "
+            "quantization is not applied: jqlin runs the KV cache in the model dtype (the "
+            "scales are kept as ordinary tensors)"]
 
 
 def config_error(file: str, key: str, expected: str, got: Any) -> CheckpointError:

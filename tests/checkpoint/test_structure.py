@@ -243,17 +243,19 @@ def test_kv_cache_quantization_warns_that_it_is_not_applied(tmp_path, rng, ecosy
         convert(tmp_path, dst, progress=False)
 
 
-def test_kv_cache_scales_without_a_config_key_warn_too(tmp_path, rng):
-    """AutoFP8's k_proj / v_proj `output_scale` tensors (FORMATS.md 3a) with no kv_cache_scheme
-    in the config: still a KV-cache scheme jqlin does not apply, so still said."""
-    qc = {"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]}
+@pytest.mark.parametrize("ecosystem", sorted(ECOSYSTEMS))
+def test_kv_cache_scales_without_a_config_key_warn_too(tmp_path, rng, ecosystem):
+    """KV-cache scale tensors (AutoFP8's k_proj / v_proj `output_scale`, FORMATS.md 3a) with no
+    KV-cache setting in the config: still a KV-cache scheme jqlin does not apply, so still
+    said, whichever planner reads the checkpoint."""
+    make_kw, quantize = ECOSYSTEMS[ecosystem]
 
     def prod(m, w):
-        t, deq = cb.fp8_tensor(w, static_input=())
+        t, deq = quantize(w)
         if m.endswith(("k_proj", "v_proj")):
             t["output_scale"] = np.array(0.05, np.float32)
         return t, deq
-    cb.build(tmp_path, rng, prod, quantization_config=qc)
+    cb.build(tmp_path, rng, prod, **make_kw())
     with pytest.warns(UserWarning, match="KV-cache quantization is not applied") as rec:
         ck = jqlin.load_checkpoint(tmp_path)
     assert len(rec) == 1 and "k_proj.output_scale' and 1 more" in str(rec[0].message)
