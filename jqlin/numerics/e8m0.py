@@ -56,17 +56,11 @@ def exponent_ct(amax: jax.Array, elem_emax: int) -> jax.Array:
 
 def exponent_modelopt(amax: jax.Array, elem_max: float) -> jax.Array:
     """ModelOpt: e = clamp(ceil(log2(amax / elem_max)), -127, 127); returns u = e + 127 (255
-    for a NaN amax).
-
-    ceil(log2(v)) is taken from v's binary exponent (frexp) rather than a log2 call: XLA's log2
-    is not exact at powers of two, where torch's is, and an off-by-one exponent doubles a scale.
-    The division is exact.div (correctly rounded on every backend; fuses).
-    """
+    for a NaN amax). The ceiling is exact (_ceil_log2; torch's log2 is exact at powers of
+    two); the division is exact.div (correctly rounded on every backend; fuses)."""
     a = amax.astype(jnp.float32)
     v = div(a, elem_max)
-    mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
-    e = jnp.where(mant == 0.5, exp - 1, exp)
-    e = jnp.where(jnp.isinf(v), 127, e)  # ceil(log2(inf)) clamps to 127 (frexp says 0)
+    e = jnp.where(jnp.isinf(v), 127, _ceil_log2(v))  # ceil(log2(inf)) clamps to 127
     e = jnp.clip(jnp.where(amax > 0, e, -127), -127, 127)
     return jnp.where(jnp.isnan(amax), 255, e + 127).astype(jnp.uint8)
 
@@ -77,12 +71,17 @@ DEEPSEEK_AMAX_FLOOR = 1e-4
 def exponent_deepseek(amax: jax.Array) -> jax.Array:
     """DeepSeek's ue8m0 activation scales (its inference kernels' act_quant with
     `scale_fmt: "ue8m0"`, fast_round_scale): s = 2**ceil(log2(max(amax, 1e-4) * f32(1/448))),
-    the ceiling read off the product's float32 bits (exponent field, plus one where the mantissa
-    is nonzero); returns u = 127 + log2(s), 255 (the NaN scale) for a NaN amax and for an inf one
-    (DeepSeek's scale is inf there: the row's outputs are NaN either way)."""
+    the exact ceiling (DeepSeek reads it off the float32 bits: the same integer); returns
+    u = 127 + log2(s), 255 (the NaN scale) for a NaN amax and for an inf one (DeepSeek's scale
+    is inf there: the row's outputs are NaN either way)."""
     a = jnp.maximum(amax.astype(jnp.float32), jnp.float32(DEEPSEEK_AMAX_FLOOR))
-    t = a * jnp.float32(1.0 / 448.0)
-    bits = jax.lax.bitcast_convert_type(t, jnp.uint32)
-    exp_field = ((bits >> 23) & jnp.uint32(0xFF)).astype(jnp.int32)
-    u = exp_field + ((bits & jnp.uint32(0x7FFFFF)) != 0).astype(jnp.int32)
-    return jnp.where(jnp.isnan(amax), 255, jnp.minimum(u, 255)).astype(jnp.uint8)
+    t = a * jnp.float32(1.0 / 448.0)  # (a normal float32 from the floor on, or inf / NaN)
+    return jnp.where(jnp.isfinite(t), _ceil_log2(t) + 127, 255).astype(jnp.uint8)
+
+
+def _ceil_log2(v: jax.Array) -> jax.Array:
+    """ceil(log2(v)) of positive finite float32 v, exactly: from v's binary exponent (frexp),
+    not a log2 call -- XLA's log2 is not exact at powers of two, and an off-by-one exponent
+    doubles a scale."""
+    mant, exp = jnp.frexp(v)  # v = mant * 2**exp, mant in [0.5, 1)
+    return jnp.where(mant == 0.5, exp - 1, exp)
