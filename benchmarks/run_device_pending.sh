@@ -7,8 +7,8 @@
 # in $OUT.
 # Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order),
 #   then outdtype (test_out_dtype + bench_out_dtype), kgpu (the FP8 / 4-bit kernels' GPU tests),
-#   krest (every other GPU test of the kernels, dispatch and numerics), rows8 / rows4 (README
-#   rows)
+#   krest (every other GPU test of the kernels, dispatch and numerics), ue8m0 (DeepSeek-V3.1's
+#   activation rule on the FP8 block kernel: its GPU tests and time), rows8 / rows4 (README rows)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -90,6 +90,18 @@ if [[ $STAGES == *krest* ]]; then  # the other kernels' GPU tests and the GPU di
     tests/kernels/test_group_dequant.py tests/test_dispatch.py tests/test_numerics.py \
     > "$OUT/pytest_krest.log" 2>&1
   echo "pytest krest rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_krest.log"
+fi
+if [[ $STAGES == *ue8m0* ]]; then  # DeepSeek-V3.1 ue8m0 activations on the FP8 block kernel
+  timeout "${T_UE8M0_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+    --tb=short -p no:cacheprovider tests/kernels/test_act_quant.py tests/kernels/test_pallas_fp8.py \
+    tests/test_numerics.py tests/checkpoint/test_handbuilt.py -k "deepseek or ue8m0" \
+    > "$OUT/pytest_ue8m0.log" 2>&1
+  echo "pytest ue8m0 rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_ue8m0.log"
+  # its time beside fp8_block's (the spec has no registered name: registered here, for the run)
+  timeout "${T_UE8M0:-240}" python3 benchmarks/bench_ue8m0.py --reps 3 --xla-ref-max-m 0 \
+    --modes default --formats fp8_block,fp8_block_ue8m0 --shapes deepseek-v3 \
+    --m "${M_UE8M0:-1,16,256,4096}" --out "$OUT/ue8m0" > "$OUT/ue8m0.log" 2>&1
+  echo "bench ue8m0 rc=$?"; tail -3 "$OUT/ue8m0.log" | cut -c1-200
 fi
 if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)
   timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \

@@ -240,6 +240,8 @@ def test_deepseek_ue8m0_activations_are_the_oracle_bitwise(rng):
     sc = np.asarray(sc)
     assert np.isnan(sc[6, 0]) and np.isnan(sc[7, 3])
     assert np.isfinite(np.delete(sc.reshape(-1), [6 * 4, 7 * 4 + 3])).all()
+    q = np.asarray(q.astype(jnp.float32))  # those groups' codes NaN too (x / NaN, as the kernel)
+    assert np.isnan(q[6, :128]).all() and np.isnan(q[7, 384:]).all()
 
 
 def test_the_deepseek_rule_is_defined_for_e4m3_e8m0_activation_groups_only():

@@ -30,6 +30,13 @@ def _ignored(module: str, ignored: list[str]) -> str | None:
     return None
 
 
+def ue8m0_activation(group: int) -> QuantKey:
+    """The activation key of `scale_fmt: "ue8m0"` block checkpoints (DeepSeek-V3.1 on): e4m3
+    groups of `group` along K, dynamic, power-of-two e8m0 scales by DeepSeek's rule."""
+    return QuantKey(E4M3, Granularity.GROUP, scale_dtype="float8_e8m0fnu", dynamic=True,
+                    group_size=group, rule=ScaleRule.DEEPSEEK)
+
+
 def plan(source: Source) -> Plan:
     qc = source.quantization_config
     scheme = qc.get("activation_scheme", "dynamic")
@@ -57,8 +64,7 @@ def plan(source: Source) -> Plan:
                                scheme)
         weight = QuantKey(E4M3, Granularity.BLOCK, block=tuple(block), rule=ScaleRule.VLLM)
         if scale_fmt == "ue8m0":  # DeepSeek-V3.1 on: power-of-two activation scales
-            act = QuantKey(E4M3, Granularity.GROUP, scale_dtype="float8_e8m0fnu", dynamic=True,
-                           group_size=block[1], rule=ScaleRule.DEEPSEEK)
+            act = ue8m0_activation(block[1])
         else:
             act = QuantKey(E4M3, Granularity.GROUP, dynamic=True, group_size=block[1],
                            rule=ScaleRule.VLLM)

@@ -76,6 +76,11 @@ _A_TENSOR_TOKEN = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granu
                              scale_dtype=_F32, global_scale=(False,))
 _A_GROUP128 = KeyPattern(dtype=_E4M3, granularity=(Granularity.GROUP,), group_size=(128,),
                          dynamic=(True,), scale_dtype=_F32, global_scale=(False,))
+# DeepSeek-V3.1's `scale_fmt: "ue8m0"`: the same groups with power-of-two scales, which the
+# kernel takes as float32 (2**j is exact there) and whose codes are x / 2**j
+_A_GROUP128_UE8M0 = KeyPattern(dtype=_E4M3, granularity=(Granularity.GROUP,), group_size=(128,),
+                               dynamic=(True,), scale_dtype=("float8_e8m0fnu",),
+                               rule=(ScaleRule.DEEPSEEK,), global_scale=(False,))
 
 
 def _weight_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
@@ -264,9 +269,10 @@ W8A8 = register_kernel(Kernel(
 BLOCK = register_kernel(Kernel(
     name="pallas_fp8_block",
     impl=w8a8_impl,
-    honours=((_W_BLOCK, _A_GROUP128),),
+    honours=((_W_BLOCK, _A_GROUP128), (_W_BLOCK, _A_GROUP128_UE8M0)),
     description="Pallas/Triton block-scaled FP8 x FP8 (128x128 weight blocks, 1x128 dynamic "
-                "activation groups), per-K-block scaling of f32 partials; default mode at "
+                "activation groups, float32 or DeepSeek's ue8m0 scales), per-K-block scaling "
+                "of f32 partials; default mode at "
                 "M >= 256 on sm_90: the Mosaic GPU wgmma kernel (fp8_block_mgpu), same order",
     **HOPPER_PALLAS,
 ))

@@ -52,7 +52,10 @@ def fp8_division_scale(xf: jax.Array, key: QuantKey,
                        input_scale: jax.Array | None = None) -> jax.Array | None:
     """The float32 scales s, shaped like the key's grid, of an FP8 rule whose codes are
     e4m3(clip(x / s, +-448)) -- every FP8 rule but ModelOpt's static one (None there: it
-    multiplies). What a fused codes kernel needs besides x (pallas_kernels.act_quant)."""
+    multiplies), DeepSeek's power-of-two e8m0 groups included (x / 2**j is the exact product
+    _mx takes). What a fused codes kernel needs besides x (pallas_kernels.act_quant)."""
+    if key.rule is ScaleRule.DEEPSEEK:
+        return e8m0_to_f32(exponent_deepseek(tile_amax(xf, key)))
     if not key.dynamic:
         s = _need_static(key, input_scale)
         return None if key.rule is ScaleRule.MODELOPT else jnp.reshape(s, (1, 1))
@@ -79,8 +82,10 @@ def _mx(xf, key):
     amax = tile_amax(xf, key)
     if key.rule is ScaleRule.DEEPSEEK:  # (e4m3 only: spec.QuantKey; x / s never passes 448)
         u = exponent_deepseek(amax)
-        return cast_e4m3(jnp.clip(divide_by_e8m0(xf, expand(u, *xf.shape)), -E4M3_MAX,
-                                  E4M3_MAX)), e8m0_to_f32(u)
+        ue = expand(u, *xf.shape)
+        # a NaN-scale group's codes NaN too: the quotient x / NaN the codes kernel computes
+        scaled = jnp.where(ue == 255, jnp.nan, divide_by_e8m0(xf, ue))
+        return cast_e4m3(jnp.clip(scaled, -E4M3_MAX, E4M3_MAX)), e8m0_to_f32(u)
     if key.rule is ScaleRule.MODELOPT:
         u = exponent_modelopt(amax, key.max_value)
         ties = "zero"

@@ -315,9 +315,9 @@ def test_handbuilt_converts_and_reloads_bitwise(tmp_path, rng, case):
 def test_deepseek_ue8m0_layers_run_deepseeks_activation_rule(tmp_path, rng):
     """A `scale_fmt: "ue8m0"` layer's product: the stored weight times activations quantized
     by DeepSeek's power-of-two rule (the NumPy oracle), to float32 accumulation; the
-    activations' codes are not the vLLM rule's. No Pallas kernel takes the rule (the FP8
-    block kernel wants float32 activation scales, the MX kernels compute CT / ModelOpt rules):
-    on a GPU it runs the XLA reference, and explain() says why."""
+    activations' codes are not the vLLM rule's. The Pallas FP8 block kernel takes the rule
+    (its scales as float32 powers of two; interpret mode here) to the same product; the MX
+    kernels, which compute the CT / ModelOpt rules, refuse it."""
     import oracle
     from jqlin import registered_kernels
     path, _, specs, expected, *_ = make_case("deepseek_v31_ue8m0", tmp_path, rng)
@@ -325,16 +325,17 @@ def test_deepseek_ue8m0_layers_run_deepseeks_activation_rule(tmp_path, rng):
     qw = jqlin.load_checkpoint(path).layers[module]
     n, k = qw.shape
     x = (rng.standard_normal((5, k)) * np.exp2(rng.uniform(-8, 8, (5, 1)))).astype(np.float32)
-    y = np.asarray(jqlin.matmul(x, qw, out_dtype=jnp.float32))
     kp = qw.storage_shape[1]
     deq, _ = oracle.act_fp8_ue8m0(oracle.pad_to(x, 5, kp))
     ref = deq[:, :k] @ expected[module].astype(np.float64).T
-    assert np.linalg.norm(y - ref) <= 1e-6 * np.linalg.norm(ref)
+    for kernel in ("auto", "pallas_fp8_block"):
+        y = np.asarray(jqlin.matmul(x, qw, out_dtype=jnp.float32, kernel=kernel))
+        assert np.linalg.norm(y - ref) <= 1e-6 * np.linalg.norm(ref), kernel
     vllm = oracle.act_fp8_dynamic(oracle.pad_to(x, 5, kp), 128, vllm=True)[:, :k]
     moved = vllm @ expected[module].astype(np.float64).T - ref  # (the rule matters)
     assert np.linalg.norm(moved) > 1e-4 * np.linalg.norm(ref)
     kernels = registered_kernels()
-    assert "scale_dtype='float8_e8m0fnu'" in kernels["pallas_fp8_block"].spec_mismatch(qw.spec)
+    assert kernels["pallas_fp8_block"].spec_mismatch(qw.spec) is None
     mx = jqlin.formats.get("mxfp8")
     act32 = QuantKey(E4M3, Gr.GROUP, scale_dtype=E8M0, dynamic=True, group_size=32,
                      rule=ScaleRule.DEEPSEEK)

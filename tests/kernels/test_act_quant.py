@@ -17,6 +17,7 @@ import pytest
 
 import oracle
 from jqlin import formats, qweight
+from jqlin.checkpoint.hf_fp8 import ue8m0_activation
 from jqlin.kernels.pallas_fp4 import mx_activation_operand, nvfp4_activation_operand
 from jqlin.kernels.pallas_fp8 import quantize_x
 from jqlin.spec import GlobalScale, ScaleRule
@@ -36,7 +37,8 @@ def tiles(request, monkeypatch):
 
 
 CASES = [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
-         ("fp8_block", "compressed-tensors"), ("fp8_per_tensor", "compressed-tensors")]
+         ("fp8_block", "compressed-tensors"), ("fp8_block", "deepseek"),
+         ("fp8_per_tensor", "compressed-tensors")]
 
 
 def _activations(rng, m, k):
@@ -64,7 +66,8 @@ def _bits_where_not_nan(a, b):
 
 def _weight(fmt, rule, n, k):
     spec = formats.get(fmt)
-    key = dataclasses.replace(spec.activation, rule=ScaleRule(rule))
+    key = (ue8m0_activation(128) if rule == "deepseek"  # (DeepSeek-V3.1's e8m0 groups)
+           else dataclasses.replace(spec.activation, rule=ScaleRule(rule)))
     w = np.random.default_rng(3).standard_normal((n, k))
     calib = None if key.dynamic else jnp.ones((1, k), jnp.float32)  # (replaced below)
     qw = qweight.quantize(jnp.asarray(w, jnp.float32), fmt, calibration=calib)
@@ -132,6 +135,7 @@ def test_codes_path_rule(monkeypatch):
     assert codes_path(4096, 4096, ptpc) == "xla"
     monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "gpu")
     assert codes_path(CODES_KERNEL_MIN_M, 4096, ptpc) == "pallas"
+    assert codes_path(1, 4096, _weight("fp8_block", "deepseek", 128, 256)[1].activation) == "pallas"
     if CODES_KERNEL_MIN_M > 1:
         assert codes_path(CODES_KERNEL_MIN_M - 1, 4096, ptpc) == "xla"
     assert codes_path(4096, 4000, ptpc) == "xla"

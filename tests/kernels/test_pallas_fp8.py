@@ -9,6 +9,8 @@ far above acc_rtol * sum_k |x_k w_k| for K in the hundreds.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +20,7 @@ from jqlin import dispatch, formats, qweight
 from jqlin.errors import UnsupportedSpecError
 from jqlin.kernels.pallas_fp8 import quantize_x, w8a8_apply
 from jqlin.kernels.xla import reference_activation
+from jqlin.checkpoint.hf_fp8 import ue8m0_activation
 from pallas_kernels import (MatmulConfig, cache_config, clear_config_cache, fp8_matmul,
                             resolve_config)
 from pallas_kernels.fp8_heuristics import w8a16_heuristic
@@ -31,12 +34,22 @@ KERNEL_OF = {
     "fp8_per_tensor": "pallas_fp8_w8a8",
     "fp8_ptpc": "pallas_fp8_w8a8",
     "fp8_block": "pallas_fp8_block",
+    "fp8_block_ue8m0": "pallas_fp8_block",
 }
 ULP_REL = {jnp.dtype(jnp.float32): 2.0 ** -23, jnp.dtype(jnp.bfloat16): 2.0 ** -7}
 CPU_ACC_RTOL = 1e-5
 # Tensor-core float32 accumulation is not IEEE round-to-nearest: ~1e-4 of the |.|-sum.
 GPU_ACC_RTOL = 1e-4
-FP8_MMA_FORMATS = {"fp8_per_tensor", "fp8_ptpc", "fp8_block"}
+FP8_MMA_FORMATS = {"fp8_per_tensor", "fp8_ptpc", "fp8_block", "fp8_block_ue8m0"}
+# DeepSeek-V3.1's block FP8 (`scale_fmt: "ue8m0"`): the spec its checkpoints load with, which
+# has no registered name -- the block format with power-of-two activation group scales
+UE8M0 = "fp8_block_ue8m0"
+
+
+def _spec(fmt: str):
+    if fmt != UE8M0:
+        return formats.get(fmt)
+    return dataclasses.replace(formats.get("fp8_block"), activation=ue8m0_activation(128))
 
 
 def _operands(rng, fmt: str, m: int, n: int, k: int, dtype):
@@ -44,10 +57,11 @@ def _operands(rng, fmt: str, m: int, n: int, k: int, dtype):
     w = rng.standard_normal((n, k)) * rng.uniform(0.1, 3.0, (n, 1))
     x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3.0, (m, 1))
     x = jnp.asarray(x, dtype)
-    static = formats.get(fmt).activation is not None and not formats.get(fmt).activation.dynamic
-    qw = qweight.quantize(jnp.asarray(w, jnp.float32), fmt,
+    spec = _spec(fmt)
+    static = spec.activation is not None and not spec.activation.dynamic
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), "fp8_block" if fmt == UE8M0 else fmt,
                           calibration=x if static else None)
-    return x, qw
+    return x, dataclasses.replace(qw, spec=spec)
 
 
 @jax.jit
@@ -112,7 +126,7 @@ def test_fused_weight_with_padding_segments(rng, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
-                                 "fp8_per_tensor", "fp8_block"])
+                                 "fp8_per_tensor", "fp8_block", UE8M0])
 def test_batch_invariant_rows(rng, fmt):
     k, n = 256, 200
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
@@ -500,7 +514,7 @@ def test_config_resolution_order():
 GPU_SHAPES = {  # (K, N): Llama-3-8B qkv; DeepSeek-V3-like K with a partial 128-row block
     "fp8_per_channel_a16": (4096, 6144), "fp8_per_tensor_a16": (4096, 6144),
     "fp8_block_a16": (7168, 2624), "fp8_per_tensor": (4096, 6144), "fp8_ptpc": (4096, 6144),
-    "fp8_block": (7168, 2624),
+    "fp8_block": (7168, 2624), UE8M0: (7168, 2624),
 }
 GPU_MS = (1, 2, 7, 16, 64, 255, 4096)
 
@@ -515,7 +529,7 @@ def test_gpu_matches_reference_and_auto_picks_pallas(rng, fmt):
     for m in GPU_MS:
         x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
         assert dispatch.explain(x, qw).chosen == KERNEL_OF[fmt]
-        if formats.get(fmt).activation is None:
+        if _spec(fmt).activation is None:
             ref, bound = dispatch.matmul(x, qw, kernel="xla"), _abs_bound(x, qw)
         else:
             ref, bound = w8a8_float64(x, qw)
@@ -538,7 +552,7 @@ def test_gpu_mid_m_paths_match_the_reference(rng, fmt):
     bound of the reference, partial 128-row tiles."""
     from jqlin.kernels.pallas_fp8 import describe_config
     from pallas_kernels.fp8_block_a16_mgpu import mid_m_fills
-    weight_only = formats.get(fmt).activation is None
+    weight_only = _spec(fmt).activation is None
     for m, n in ((520, 8192), (700, 4096)):
         k = 2048
         x, qw = _operands(rng, fmt, m, n, k, jnp.bfloat16)
@@ -558,14 +572,14 @@ def test_gpu_mid_m_paths_match_the_reference(rng, fmt):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
-                                 "fp8_block"])
+                                 "fp8_block", UE8M0])
 def test_gpu_batch_invariant_rows(rng, fmt):
     """Weight-only rows alone and at M = 2, 7 run the decode kernel in the Mosaic kernel's
     deterministic order (N or K <= 4096 here), those of 64 rows and more the Mosaic kernel."""
     from jqlin.kernels.pallas_fp8 import describe_config
     k, n = GPU_SHAPES[fmt]
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
-    if formats.get(fmt).activation is None:
+    if _spec(fmt).activation is None:
         paths = [describe_config(KERNEL_OF[fmt], m, qw, qw.spec, jnp.bfloat16, True)["path"]
                  for m in (1, 16, 17)]
         assert [p.split(" ")[0] for p in paths] == ["decode", "decode", "mgpu"], paths
