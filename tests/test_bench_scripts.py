@@ -134,6 +134,18 @@ def test_probe_w4_mgpu_times_the_weight_streams(tmp_path):
     assert all("error" not in r for r in recs.values()), recs
 
 
+def test_bench_ue8m0_times_the_v31_spec_beside_fp8_block(tmp_path):
+    """bench_ue8m0.py registers DeepSeek-V3.1's spec for its run and hands the rest to
+    bench_matmul.py (or --script's); a script that is not there is named."""
+    _run(["benchmarks/bench_ue8m0.py", "--shapes", "256x128", "--m", "2", "--formats",
+          "fp8_block,fp8_block_ue8m0", "--modes", "default", "--xla-ref-max-m", "0",
+          "--reps", "1", "--out", str(tmp_path)], tmp_path)
+    recs = _jsonl(tmp_path / "bench.jsonl")
+    assert {r["format"] for r in recs if r["format"]} == {"fp8_block", "fp8_block_ue8m0"}
+    with pytest.raises(AssertionError, match="no such script"):
+        _run(["benchmarks/bench_ue8m0.py", "--script", "nope.py"], tmp_path)
+
+
 def test_profile_mgpu_decode_and_decode_breakdown_run(tmp_path):
     """The session-9 profiling scripts: the Mosaic decode streams launched once each (the
     interpreter, no profiler range on CPU), and the per-kernel breakdown, which has no GPU

@@ -55,7 +55,11 @@ def fp8_division_scale(xf: jax.Array, key: QuantKey,
     multiplies), DeepSeek's power-of-two e8m0 groups included (x / 2**j is the exact product
     _mx takes). What a fused codes kernel needs besides x (pallas_kernels.act_quant)."""
     if key.rule is ScaleRule.DEEPSEEK:
-        return e8m0_to_f32(exponent_deepseek(tile_amax(xf, key)))
+        # the barrier keeps the exponent out of the amax reduction's fusion: fused, XLA:GPU
+        # emitted that reduction 6.5x slower (H100, 4096 x 18432 bf16: 336 us against the
+        # float32 rule's 52 us; benchmarks/NOTES.md session 40)
+        amax = jax.lax.optimization_barrier(tile_amax(xf, key))
+        return e8m0_to_f32(exponent_deepseek(amax))
     if not key.dynamic:
         s = _need_static(key, input_scale)
         return None if key.rule is ScaleRule.MODELOPT else jnp.reshape(s, (1, 1))
