@@ -42,12 +42,18 @@ def tile_shape(key: QuantKey, rows: int, cols: int) -> tuple[int, int]:
 
 
 def abs_max(x: jax.Array, axis=None) -> jax.Array:
-    """max |x| over `axis`, NaN wherever the values reduced hold a NaN -- whatever the
-    backend's max does with NaN: XLA:CPU's vectorized max reductions pass over it at some
-    shapes (groups of 16 of a (13, 384) array gave the finite maximum, or -inf where all were
-    NaN; a whole (13, 384) array's max gave 1.0; openxla/xla#21461, open)."""
-    t = jnp.abs(x)
-    return jnp.where(jnp.any(jnp.isnan(t), axis=axis), jnp.nan, jnp.max(t, axis=axis))
+    """max |x| over `axis` (x floating, not empty), NaN wherever the values reduced hold a NaN
+    -- whatever the backend's float max does with NaN: XLA:CPU's vectorized max reductions
+    pass over it at some shapes (groups of 16 of a (13, 384) array gave the finite maximum, or
+    -inf where all were NaN; a whole (13, 384) array's max gave 1.0; openxla/xla#21461, open).
+
+    One integer max of the magnitudes' bit patterns, which order like the values, every NaN
+    above inf. Before session 40 a separate any(isnan) flag: XLA:GPU made it a second pass
+    over x (H100, fp8_block 4096 x 18432: 52 us of a 1265 us product)."""
+    x = jnp.asarray(x)
+    ints = jnp.dtype(f"int{8 * x.dtype.itemsize}")
+    bits = jax.lax.bitcast_convert_type(x, ints) & jnp.array(jnp.iinfo(ints).max, ints)
+    return jax.lax.bitcast_convert_type(jnp.max(bits, axis=axis), x.dtype)
 
 
 def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
