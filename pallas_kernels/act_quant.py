@@ -1,6 +1,8 @@
 """Activation quantization by one Pallas (Triton) pass, elementwise over (M, K) tiles:
   e4m3_codes     FP8 codes q = e4m3(clip(x / s, +-448)), the scales s already computed by the
                  caller's producer rule (session 31);
+  e4m3_group_codes  the same codes of the dynamic 1 x 128 group rules with their amax and
+                 scales computed in the pass too (session 40);
   nvfp4_operand  the whole NVFP4 dynamic rule (amax per 16, e4m3 block scale, e2m1 codes) and
                  the W4A4 operand code * block scale, exact in bf16 (session 32);
   mx_operand     the whole MX dynamic rule (amax per 32, e8m0 exponent, e2m1 / e4m3 codes) and
@@ -35,8 +37,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from .mx_decode import e8m0_to_f32, expand_groups
 
-__all__ = ["e4m3_codes", "nvfp4_operand", "mx_operand", "NVFP4_RULES", "MX_RULES", "serves",
-           "tile"]
+__all__ = ["e4m3_codes", "e4m3_group_codes", "nvfp4_operand", "mx_operand", "FP8_GROUP_RULES",
+           "NVFP4_RULES", "MX_RULES", "serves", "tile"]
 
 ROWS = 16  # activation rows per program, at most
 COLS = 512  # K columns per program, at most (128 the least: a multiple of every group size)
@@ -48,6 +50,12 @@ _WARPS = 4
 _E4M3_MAX = 448.0
 _E2M1_MAX = 6.0
 _E4M3_EPS = 0.125  # compressed-tensors' replacement for a zero block scale
+# FP8 dynamic groups (e4m3_group_codes): the rules' constants as jqlin.numerics has them
+FP8_GROUP_RULES = ("compressed-tensors", "modelopt", "vllm", "deepseek")
+_F32_EPS = 2.0 ** -23  # CT / ModelOpt's replacement for a zero scale (float32 eps)
+_VLLM_MIN_SCALE = 1.0 / (_E4M3_MAX * 512.0)  # vLLM's per-token / group scale floor
+_DEEPSEEK_AMAX_FLOOR = 1e-4
+_INV_E4M3_MAX = 1.0 / 448.0  # (DeepSeek multiplies by f32(1/448))
 NVFP4_RULES = ("compressed-tensors", "modelopt")  # activation global scale: divisor / multiplier
 MX_RULES = ("compressed-tensors", "modelopt")  # e8m0 exponent: rounded amax / ceil(log2(amax/max))
 _MX_EMAX = {"e4m3": 8, "e2m1": 2}  # the element's largest exponent (compressed-tensors' rule)
@@ -185,6 +193,57 @@ def e4m3_codes(x: jax.Array, scale: jax.Array, *, interpret: bool = False) -> ja
     return _launch(functools.partial(_kernel, m=m, rows=rows, per=per, interpret=interpret),
                    x, scale, in_specs=[s_spec], out_dtype=jnp.float8_e4m3fn,
                    tiles=(rows, cols), name="e4m3_codes", interpret=interpret)
+
+
+def _fp8_group_scales(amax: jax.Array, rule: str, *, interpret: bool) -> jax.Array:
+    """float32 scales of jqlin.numerics.fp8_division_scale's dynamic rules (written again: this
+    package does not import jqlin) from (rows, groups) amaxes, NaN for a NaN amax: amax / 448
+    correctly rounded, 0 -> float32 eps (CT, ModelOpt) or floored at 1 / (448 * 512) (vLLM);
+    DeepSeek's 2**ceil(log2(max(amax, 1e-4) * f32(1/448))) off the product's fields, NaN for an
+    infinite amax too."""
+    nan = amax != amax
+    if rule == "deepseek":
+        t = _fmax(amax, _DEEPSEEK_AMAX_FLOOR, interpret=interpret) * _INV_E4M3_MAX
+        bits = jax.lax.bitcast_convert_type(t, jnp.uint32)
+        u = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).astype(jnp.uint32)
+        s = jax.lax.bitcast_convert_type(u << 23, jnp.float32)  # (t normal: u in 105..247)
+        return jnp.where(nan | (amax == jnp.inf), jnp.nan, s)
+    s = div_rn(amax, jnp.full_like(amax, _E4M3_MAX), interpret=interpret)
+    if rule == "vllm":
+        return jnp.where(nan, s, _fmax(s, _VLLM_MIN_SCALE, interpret=interpret))
+    return jnp.where(s == 0, _F32_EPS, s)
+
+
+def _group_kernel(x_ref, q_ref, s_ref, *, m: int, rows: int, rule: str, interpret: bool):
+    # the whole rule a tile at a time: its groups of 128 lie inside one row of the tile
+    x, live, mask = _load_rows(x_ref, m, rows)
+    s = _fp8_group_scales(_group_amax(x, 128), rule, interpret=interpret)
+    q = _clip_keeping_nan(div_rn(x, expand_groups(s, 128), interpret=interpret), _E4M3_MAX,
+                          interpret=interpret)
+    pltriton.store(q_ref, q.astype(q_ref.dtype), mask=mask)
+    pltriton.store(s_ref, s, mask=jnp.broadcast_to(live, s.shape))
+
+
+def e4m3_group_codes(x: jax.Array, *, rule: str,
+                     interpret: bool = False) -> tuple[jax.Array, jax.Array]:
+    """x (M, K) float, K a multiple of 128 -> (e4m3 codes (M, K), float32 scales (M, K / 128)) of
+    the dynamic 1 x 128 group rule `rule` (FP8_GROUP_RULES), amax and scales included, in one
+    pass: e4m3(clip(x / s, +-448)), the quotient correctly rounded. Bitwise jqlin.numerics'
+    quantize_activation (tests: tests/kernels/test_act_quant.py); a group holding a NaN gets a
+    NaN scale and NaN codes."""
+    if rule not in FP8_GROUP_RULES:
+        raise ValueError(f"e4m3_group_codes: rule must be one of {FP8_GROUP_RULES}, got {rule!r}")
+    m, k = _x_shape(x, "e4m3_group_codes")
+    rows, cols = tile(m, k)
+    block = pl.BlockSpec((rows, cols), lambda i, j: (i, j))
+    s_block = pl.BlockSpec((rows, cols // 128), lambda i, j: (i, j))
+    return pl.pallas_call(
+        functools.partial(_group_kernel, m=m, rows=rows, rule=rule, interpret=interpret),
+        out_shape=(jax.ShapeDtypeStruct((m, k), jnp.float8_e4m3fn),
+                   jax.ShapeDtypeStruct((m, k // 128), jnp.float32)),
+        grid=(pl.cdiv(m, rows), k // cols), in_specs=[block], out_specs=(block, s_block),
+        compiler_params=pltriton.CompilerParams(num_warps=_WARPS, num_stages=1),
+        interpret=interpret, name="e4m3_group_codes")(x)
 
 
 def _rni(v: jax.Array, *, interpret: bool) -> jax.Array:

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
-from pallas_kernels.act_quant import e4m3_codes, serves
+from pallas_kernels.act_quant import e4m3_codes, e4m3_group_codes, serves
 from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_launch, det_order
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
@@ -138,14 +138,20 @@ def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
     """e4m3 codes (M, Ks) and float32 scales of x, exactly as the XLA reference computes them.
 
     codes: "xla" (quantize_activation, whose exact division corrects XLA's quotient with
-    integer arithmetic: ALU-bound at prefill sizes) or "pallas" (pallas_kernels.act_quant, the
-    scales still from quantize_activation's rule; division-form rules only); None: codes_path.
+    integer arithmetic: ALU-bound at prefill sizes) or "pallas" (pallas_kernels.act_quant:
+    dynamic 1 x 128 groups wholly in its pass, other keys' scales still from
+    quantize_activation's rule; division-form rules only); None: codes_path.
     The same bits either way (tests: tests/kernels/test_act_quant.py)."""
     k_storage = qw.storage_shape[1]
     key = spec.activation
     codes = codes or codes_path(x2d.shape[0], k_storage, key, interpret=interpret)
     if codes not in ("xla", "pallas"):
         raise ValueError(f"codes must be 'xla' or 'pallas', got {codes!r}")
+    if codes == "pallas" and key.granularity is Granularity.GROUP:
+        # dynamic 1 x 128 groups: amax and scales in the same pass (act_quant.e4m3_group_codes),
+        # not an XLA reduction and a codes pass (session 40)
+        q, s = e4m3_group_codes(pad_k(x2d, k_storage), rule=key.rule.value, interpret=interpret)
+        return q, s, _X_KIND[key.granularity]
     xf = pad_k(x2d.astype(jnp.float32), k_storage)
     s = fp8_division_scale(xf, key, qw.input_scale) if codes == "pallas" else None
     if codes == "pallas" and s is None:
@@ -187,10 +193,13 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                 **_describe_path(kernel, count * m, qw, spec, jnp.bfloat16, deterministic)}
     out = _describe_path(kernel, m, qw, spec, x_dtype, deterministic)
     if kernel != W8A16.name:
+        key = spec.activation
         out["activation_codes"] = (
-            "one Pallas pass (act_quant, div.rn.f32), scales by XLA"
-            if codes_path(m, qw.storage_shape[1], spec.activation) == "pallas"
-            else "XLA (quantize_activation, exact division)")
+            "XLA (quantize_activation, exact division)"
+            if codes_path(m, qw.storage_shape[1], key) != "pallas"
+            else "one Pallas pass (act_quant.e4m3_group_codes, div.rn.f32), its scales too"
+            if key.granularity is Granularity.GROUP
+            else "one Pallas pass (act_quant, div.rn.f32), scales by XLA")
     return out
 
 

@@ -22,7 +22,7 @@ from jqlin.kernels.pallas_fp4 import mx_activation_operand, nvfp4_activation_ope
 from jqlin.kernels.pallas_fp8 import quantize_x
 from jqlin.spec import GlobalScale, ScaleRule
 from pallas_kernels import act_quant
-from pallas_kernels.act_quant import e4m3_codes, mx_operand, nvfp4_operand
+from pallas_kernels.act_quant import e4m3_codes, e4m3_group_codes, mx_operand, nvfp4_operand
 
 
 @pytest.fixture(params=["launch", "whole"])
@@ -37,7 +37,7 @@ def tiles(request, monkeypatch):
 
 
 CASES = [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
-         ("fp8_block", "compressed-tensors"), ("fp8_block", "deepseek"),
+         ("fp8_block", "compressed-tensors"), ("fp8_block", "vllm"), ("fp8_block", "deepseek"),
          ("fp8_per_tensor", "compressed-tensors")]
 
 
@@ -107,6 +107,10 @@ def test_codes_kernel_rejects_bad_arguments():
         e4m3_codes(x, jnp.ones((3, 1)), interpret=True)
     with pytest.raises(ValueError, match="per-group scale"):
         e4m3_codes(x, jnp.ones((4, 3)), interpret=True)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        e4m3_group_codes(x, rule="fbgemm", interpret=True)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        e4m3_group_codes(jnp.ones((4, 200)), rule="vllm", interpret=True)
     qw, spec = _weight("fp8_ptpc", "vllm", 128, 256)
     with pytest.raises(ValueError, match="codes must be"):
         quantize_x(x, qw, spec, codes="triton")
@@ -144,6 +148,9 @@ def test_codes_path_rule(monkeypatch):
     qw, spec = _weight("fp8_ptpc", "vllm", 256, 512)
     assert "Pallas" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
                                        False)["activation_codes"]
+    qb, block = _weight("fp8_block", "deepseek", 256, 512)  # groups: the scales in the pass
+    assert "e4m3_group_codes" in describe_config("pallas_fp8_block", 16, qb, block, jnp.bfloat16,
+                                                 False)["activation_codes"]
     monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "cpu")
     assert "XLA" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
                                     False)["activation_codes"]
@@ -236,6 +243,7 @@ def test_kernels_lower_for_the_gpu(triton_sm90, tiles):
     runs the Triton lowering rules: session 32 met a rule that fails there only on the H200)."""
     x = jnp.ones((77, 1024), jnp.bfloat16)
     calls = [lambda x: e4m3_codes(x, jnp.ones((77, 8), jnp.float32))]
+    calls += [lambda x, r=r: e4m3_group_codes(x, rule=r) for r in act_quant.FP8_GROUP_RULES]
     calls += [lambda x, r=r: nvfp4_operand(x, jnp.float32(1), rule=r) for r in NVFP4_RULES]
     calls += [lambda x, e=e, r=r: mx_operand(x, elem=e, rule=r)
               for e in ("e2m1", "e4m3") for r in act_quant.MX_RULES]
