@@ -113,10 +113,11 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--chain", type=int, default=1,
                    help="products per executable (a model's layers); figures per product")
-    p.add_argument("--act", default="auto", choices=["auto", "xla", "pallas"],
+    p.add_argument("--act", default="auto", choices=["auto", "xla", "pallas", "group"],
                    help="xla: W8A8 / NVFP4 / MX activations by XLA's rules, not the act_quant "
                         "kernels; pallas: by those kernels at every M (A/B of those kernels, "
-                        "session 32)")
+                        "session 32); group: as pallas, FP8 1 x 128 groups by e4m3_group_codes "
+                        "(scales in the pass, session 40)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.act != "auto":
@@ -124,6 +125,7 @@ def main(argv=None) -> int:
         least = 1 << 62 if args.act == "xla" else 1
         pallas_fp4.NVFP4_OPERAND_KERNEL_MIN_M = pallas_fp8.CODES_KERNEL_MIN_M = least
         pallas_fp4.MX_OPERAND_KERNEL_MIN_M = least
+        pallas_fp8.GROUP_CODES_KERNEL_MIN_M = 1 if args.act == "group" else None
     results = []
     for _, k, n in bench.parse_shapes(args.shapes):
         for m in (int(v) for v in args.m.split(",")):

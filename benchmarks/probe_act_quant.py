@@ -4,8 +4,10 @@ on a bf16 (M, K) activation, per format, summed over the kernels XLA launches fo
     PYTHONPATH=. python3 benchmarks/probe_act_quant.py --formats fp8_ptpc,fp8_block,nvfp4 \
         --m 1,16,4096 --k 4096,8192 [--plain-div] --out act_quant.json
 
---codes xla|pallas: FP8 formats through jqlin.kernels.pallas_fp8.quantize_x with those codes
-(pallas: pallas_kernels.act_quant, the scales still XLA's), instead of quantize_activation;
+--codes xla|pallas|pallas_group: FP8 formats through jqlin.kernels.pallas_fp8.quantize_x with
+those codes (pallas: pallas_kernels.act_quant, the scales still XLA's; pallas_group, dynamic
+1 x 128 groups only: act_quant.e4m3_group_codes, the scales in the pass too, session 40),
+instead of quantize_activation;
 NVFP4 / MX through pallas_fp4.nvfp4_activation_operand / mx_activation_operand with that operand
 (pallas: the whole rule in one pass, act_quant.nvfp4_operand / mx_operand; session 32).
 --div plain: the rules with XLA's own division in place of exact.div (on GPU not correctly
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="4096,8192")
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--div", default="exact", choices=["exact", "plain", "f64"])
-    p.add_argument("--codes", default="", choices=["", "xla", "pallas"])
+    p.add_argument("--codes", default="", choices=["", "xla", "pallas", "pallas_group"])
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.div == "plain":

@@ -8,7 +8,8 @@
 # Usage: bash benchmarks/run_device_pending.sh "<stages>"   stages: tests,w8a8,act,mx (in order),
 #   then outdtype (test_out_dtype + bench_out_dtype), kgpu (the FP8 / 4-bit kernels' GPU tests),
 #   krest (every other GPU test of the kernels, dispatch and numerics), ue8m0 (DeepSeek-V3.1's
-#   activation rule on the FP8 block kernel: its GPU tests and time), rows8 / rows4 (README rows)
+#   activation rule on the FP8 block kernel: its GPU tests and time), group (session 40's
+#   e4m3_group_codes: GPU tests and its A/B), rows8 / rows4 (README rows)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -102,6 +103,24 @@ if [[ $STAGES == *ue8m0* ]]; then  # DeepSeek-V3.1 ue8m0 activations on the FP8 
     --modes default --formats fp8_block,fp8_block_ue8m0 --shapes deepseek-v3 \
     --m "${M_UE8M0:-1,16,256,4096}" --out "$OUT/ue8m0" > "$OUT/ue8m0.log" 2>&1
   echo "bench ue8m0 rc=$?"; tail -3 "$OUT/ue8m0.log" | cut -c1-200
+fi
+if [[ $STAGES == *group* ]]; then  # session 40's e4m3_group_codes: GPU tests, then its A/B
+  timeout "${T_GROUP_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+    --tb=short -p no:cacheprovider -m gpu tests/kernels/test_act_quant.py -k codes \
+    > "$OUT/pytest_group.log" 2>&1
+  echo "pytest group rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_group.log"
+  for codes in pallas pallas_group; do
+    timeout 80 python3 benchmarks/probe_act_quant.py --formats fp8_block --codes "$codes" \
+      --m 1,16,256,4096 --k 7168,18432 --out "$OUT/group_codes_$codes.json" \
+      > "$OUT/group_codes_$codes.log" 2>&1; echo "codes $codes rc=$?"
+    grep -vE "Warn|warn" "$OUT/group_codes_$codes.log" | tail -8
+  done
+  for act in pallas group; do
+    timeout 150 python3 benchmarks/bench_ue8m0.py --script decode_breakdown.py --act "$act" \
+      --ops fp8_block,fp8_block_ue8m0 --shapes 18432x7168,7168x24576 --m 1,16,256,4096 \
+      --reps 10 --out "$OUT/group_breakdown_$act.json" > "$OUT/group_breakdown_$act.log" 2>&1
+    echo "breakdown $act rc=$?"; grep -vE "Warn|warn" "$OUT/group_breakdown_$act.log" | cut -c1-160
+  done
 fi
 if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)
   timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \

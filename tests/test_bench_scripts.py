@@ -163,7 +163,8 @@ def test_profile_mgpu_decode_and_decode_breakdown_run(tmp_path):
 
 def test_probe_act_quant_and_the_act_switch_run(tmp_path):
     """probe_act_quant.py (session 31) with the XLA operands of session 32's --codes, and
-    decode_breakdown.py --act xla (no GPU kernels to time on CPU: the records' shape)."""
+    decode_breakdown.py --act group (session 40's stage, through bench_ue8m0.py's registered
+    spec; no GPU kernels to time on CPU: the records' shape)."""
     out_json = tmp_path / "aq.json"
     _run(["benchmarks/probe_act_quant.py", "--formats", "fp8_ptpc,nvfp4,mxfp4,mxfp8", "--m",
           "3", "--k", "256", "--calls", "2", "--codes", "xla", "--out", str(out_json)], tmp_path)
@@ -172,9 +173,11 @@ def test_probe_act_quant_and_the_act_switch_run(tmp_path):
     assert [(r["format"], r["M"], r["codes"]) for r in data["records"]] == [
         (f, 3, "xla") for f in ("fp8_ptpc", "nvfp4", "mxfp4", "mxfp8")]
     bd = tmp_path / "bd.json"
-    _run(["benchmarks/decode_breakdown.py", "--shapes", "256x256", "--m", "1", "--reps", "2",
-          "--ops", "nvfp4", "--act", "xla", "--out", str(bd)], tmp_path)
-    assert [r["op"] for r in json.loads(bd.read_text())["results"]] == ["nvfp4"]
+    _run(["benchmarks/bench_ue8m0.py", "--script", "decode_breakdown.py", "--shapes", "256x256",
+          "--m", "1", "--reps", "2", "--ops", "nvfp4,fp8_block_ue8m0", "--act", "group",
+          "--out", str(bd)], tmp_path)
+    assert [r["op"] for r in json.loads(bd.read_text())["results"]] == ["nvfp4",
+                                                                         "fp8_block_ue8m0"]
 
 
 def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):

@@ -67,6 +67,11 @@ _X_KIND = {Granularity.TENSOR: "tensor", Granularity.TOKEN: "row", Granularity.G
 # its launch-sized tiles (session 32) never slower than XLA's codes where measured (M = 1-4096;
 # at M = 1-64 0.69-0.98x the time, H200)
 CODES_KERNEL_MIN_M = 1
+# From this M dynamic 1 x 128 groups take act_quant.e4m3_group_codes (amax and scales in the
+# codes pass: one launch, not three, and no XLA reduction over x). None: not routed -- written
+# in session 40 with no GPU lent; its GPU tests (test_act_quant, bitwise) come first
+GROUP_CODES_KERNEL_MIN_M: int | None = None
+_CODES = ("xla", "pallas", "pallas_group")
 
 _W_TC = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granularity.CHANNEL),
                    scale_dtype=_F32, global_scale=(False,))
@@ -127,10 +132,15 @@ def codes_path(m: int, k_storage: int, key: QuantKey, *, interpret: bool = False
     """Who computes the W8A8 activation codes (the same bits either way): "pallas"
     (pallas_kernels.act_quant: one pass, the hardware's IEEE division) on the GPU from
     M = CODES_KERNEL_MIN_M (1: every M) for the division-form rules (all but ModelOpt's
-    static one, which multiplies) and K a multiple of 128; else "xla" (quantize_activation)."""
+    static one, which multiplies) and K a multiple of 128; for dynamic 1 x 128 groups from
+    M = GROUP_CODES_KERNEL_MIN_M "pallas_group" instead (the scales in that pass too); else
+    "xla" (quantize_activation)."""
     division = key.dynamic or key.rule is not ScaleRule.MODELOPT
-    return ("pallas" if division and serves(m, k_storage, CODES_KERNEL_MIN_M,
-                                            interpret=interpret) else "xla")
+    if not (division and serves(m, k_storage, CODES_KERNEL_MIN_M, interpret=interpret)):
+        return "xla"
+    group = key.granularity is Granularity.GROUP and serves(
+        m, k_storage, GROUP_CODES_KERNEL_MIN_M, interpret=interpret)
+    return "pallas_group" if group else "pallas"
 
 
 def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
@@ -138,18 +148,20 @@ def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
     """e4m3 codes (M, Ks) and float32 scales of x, exactly as the XLA reference computes them.
 
     codes: "xla" (quantize_activation, whose exact division corrects XLA's quotient with
-    integer arithmetic: ALU-bound at prefill sizes) or "pallas" (pallas_kernels.act_quant:
-    dynamic 1 x 128 groups wholly in its pass, other keys' scales still from
-    quantize_activation's rule; division-form rules only); None: codes_path.
-    The same bits either way (tests: tests/kernels/test_act_quant.py)."""
+    integer arithmetic: ALU-bound at prefill sizes), "pallas" (pallas_kernels.act_quant's
+    e4m3_codes, the scales still from quantize_activation's rule; division-form rules only) or
+    "pallas_group" (act_quant.e4m3_group_codes: dynamic 1 x 128 groups, amax and scales in the
+    codes pass too); None: codes_path. The same bits each way (tests:
+    tests/kernels/test_act_quant.py)."""
     k_storage = qw.storage_shape[1]
     key = spec.activation
     codes = codes or codes_path(x2d.shape[0], k_storage, key, interpret=interpret)
-    if codes not in ("xla", "pallas"):
-        raise ValueError(f"codes must be 'xla' or 'pallas', got {codes!r}")
-    if codes == "pallas" and key.granularity is Granularity.GROUP:
-        # dynamic 1 x 128 groups: amax and scales in the same pass (act_quant.e4m3_group_codes),
-        # not an XLA reduction and a codes pass (session 40)
+    if codes not in _CODES:
+        raise ValueError(f"codes must be one of {_CODES}, got {codes!r}")
+    if codes == "pallas_group":
+        if not (key.granularity is Granularity.GROUP and key.group_size == 128 and key.dynamic):
+            raise ValueError(f"codes='pallas_group' computes dynamic 1 x 128 group scales; the "
+                             f"activation key is [{key.describe()}]")
         q, s = e4m3_group_codes(pad_k(x2d, k_storage), rule=key.rule.value, interpret=interpret)
         return q, s, _X_KIND[key.granularity]
     xf = pad_k(x2d.astype(jnp.float32), k_storage)
@@ -193,13 +205,11 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                 **_describe_path(kernel, count * m, qw, spec, jnp.bfloat16, deterministic)}
     out = _describe_path(kernel, m, qw, spec, x_dtype, deterministic)
     if kernel != W8A16.name:
-        key = spec.activation
-        out["activation_codes"] = (
-            "XLA (quantize_activation, exact division)"
-            if codes_path(m, qw.storage_shape[1], key) != "pallas"
-            else "one Pallas pass (act_quant.e4m3_group_codes, div.rn.f32), its scales too"
-            if key.granularity is Granularity.GROUP
-            else "one Pallas pass (act_quant, div.rn.f32), scales by XLA")
+        out["activation_codes"] = {
+            "xla": "XLA (quantize_activation, exact division)",
+            "pallas": "one Pallas pass (act_quant.e4m3_codes, div.rn.f32), scales by XLA",
+            "pallas_group": "one Pallas pass (act_quant.e4m3_group_codes, div.rn.f32), its "
+                            "scales too"}[codes_path(m, qw.storage_shape[1], spec.activation)]
     return out
 
 

@@ -81,12 +81,16 @@ def _check(rng, fmt, rule, m, k, interpret):
     qw, spec = _weight(fmt, rule, 256, k)
     run = lambda codes: jax.jit(lambda x: quantize_x(  # noqa: E731
         x, qw, spec, codes=codes, interpret=interpret)[:2])(x)
-    (qk, sk), (qx, sx) = run("pallas"), run("xla")
-    np.testing.assert_array_equal(np.asarray(sk), np.asarray(sx))
-    bad, a, b = _bits_where_not_nan(qk, qx)
-    assert not len(bad), (f"{fmt} {rule} M={m} K={k}: {len(bad)} codes differ, e.g. (row, col, "
-                          "x, kernel, rule): " + str([(i, j, float(x[i, j]), a[i, j], b[i, j])
-                                                     for i, j in bad[:4]]))
+    qx, sx = run("xla")
+    kernels = ["pallas"] + (["pallas_group"] if spec.activation.granularity.value == "group"
+                            else [])
+    for codes in kernels:  # (the group rules: e4m3_codes on XLA's scales, and the whole pass)
+        qk, sk = run(codes)
+        np.testing.assert_array_equal(np.asarray(sk), np.asarray(sx), err_msg=codes)
+        bad, a, b = _bits_where_not_nan(qk, qx)
+        assert not len(bad), (f"{codes} {fmt} {rule} M={m} K={k}: {len(bad)} codes differ, e.g. "
+                              "(row, col, x, kernel, rule): " + str(
+                                  [(i, j, float(x[i, j]), a[i, j], b[i, j]) for i, j in bad[:4]]))
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason=(
@@ -117,6 +121,8 @@ def test_codes_kernel_rejects_bad_arguments():
     qw, spec = _weight("fp8_per_tensor", "modelopt", 128, 256)
     with pytest.raises(ValueError, match="multiplies"):
         quantize_x(x, qw, spec, codes="pallas", interpret=True)
+    with pytest.raises(ValueError, match="dynamic 1 x 128 group"):
+        quantize_x(x, qw, spec, codes="pallas_group", interpret=True)
 
 
 @pytest.mark.gpu
@@ -131,7 +137,8 @@ def test_codes_path_rule(monkeypatch):
     K a multiple of 128; ModelOpt's static rule (a multiply), interpret mode and the CPU keep
     the XLA codes; describe_config says which."""
     from jqlin.kernels import pallas_fp8
-    from jqlin.kernels.pallas_fp8 import CODES_KERNEL_MIN_M, codes_path, describe_config
+    from jqlin.kernels.pallas_fp8 import (CODES_KERNEL_MIN_M, GROUP_CODES_KERNEL_MIN_M,
+                                          codes_path, describe_config)
     ptpc = formats.get("fp8_ptpc").activation
     static_mo = dataclasses.replace(formats.get("fp8_per_tensor").activation,
                                     rule=ScaleRule.MODELOPT)
@@ -139,7 +146,14 @@ def test_codes_path_rule(monkeypatch):
     assert codes_path(4096, 4096, ptpc) == "xla"
     monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "gpu")
     assert codes_path(CODES_KERNEL_MIN_M, 4096, ptpc) == "pallas"
-    assert codes_path(1, 4096, _weight("fp8_block", "deepseek", 128, 256)[1].activation) == "pallas"
+    group = _weight("fp8_block", "deepseek", 128, 256)[1].activation
+    if GROUP_CODES_KERNEL_MIN_M is None:  # (not routed before its GPU tests have run)
+        assert codes_path(1 << 20, 4096, group) == "pallas"
+    else:
+        assert codes_path(GROUP_CODES_KERNEL_MIN_M, 4096, group) == "pallas_group"
+    monkeypatch.setattr(pallas_fp8, "GROUP_CODES_KERNEL_MIN_M", 64)
+    assert [codes_path(m, 4096, group) for m in (63, 64)] == ["pallas", "pallas_group"]
+    assert codes_path(64, 4096, ptpc) == "pallas"  # (per-token: rows span many tiles)
     if CODES_KERNEL_MIN_M > 1:
         assert codes_path(CODES_KERNEL_MIN_M - 1, 4096, ptpc) == "xla"
     assert codes_path(4096, 4000, ptpc) == "xla"
@@ -149,8 +163,10 @@ def test_codes_path_rule(monkeypatch):
     assert "Pallas" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
                                        False)["activation_codes"]
     qb, block = _weight("fp8_block", "deepseek", 256, 512)  # groups: the scales in the pass
-    assert "e4m3_group_codes" in describe_config("pallas_fp8_block", 16, qb, block, jnp.bfloat16,
+    assert "e4m3_group_codes" in describe_config("pallas_fp8_block", 64, qb, block, jnp.bfloat16,
                                                  False)["activation_codes"]
+    assert "e4m3_codes" in describe_config("pallas_fp8_block", 63, qb, block, jnp.bfloat16,
+                                           False)["activation_codes"]
     monkeypatch.setattr(pallas_fp8.jax, "default_backend", lambda: "cpu")
     assert "XLA" in describe_config("pallas_fp8_w8a8", 4096, qw, spec, jnp.bfloat16,
                                     False)["activation_codes"]
