@@ -229,8 +229,9 @@ def e4m3_group_codes(x: jax.Array, *, rule: str,
     """x (M, K) float, K a multiple of 128 -> (e4m3 codes (M, K), float32 scales (M, K / 128)) of
     the dynamic 1 x 128 group rule `rule` (FP8_GROUP_RULES), amax and scales included, in one
     pass: e4m3(clip(x / s, +-448)), the quotient correctly rounded. Bitwise jqlin.numerics'
-    quantize_activation (tests: tests/kernels/test_act_quant.py); a group holding a NaN gets a
-    NaN scale and NaN codes."""
+    quantize_activation (tests: tests/kernels/test_act_quant.py, interpret mode; written in
+    session 40 with no GPU lent, its GPU tests not yet run); a group holding a NaN gets a NaN
+    scale and NaN codes."""
     if rule not in FP8_GROUP_RULES:
         raise ValueError(f"e4m3_group_codes: rule must be one of {FP8_GROUP_RULES}, got {rule!r}")
     m, k = _x_shape(x, "e4m3_group_codes")
