@@ -16,7 +16,7 @@ at decode sizes two or three XLA launches (NVFP4: 3.0 us against 1.1; MX divides
 but is two or three launches too). Here the quotient is the hardware's own IEEE division
 (`div.rn.f32`) and the roundings are the compiler's RTNE e4m3 conversion (FP8 codes) or exact
 integer / power-of-two arithmetic -- the same bits as jqlin.numerics (tests: bitwise on the
-GPU, every rule; MX in interpret mode so far).
+GPU, every rule, MX since session 35; e4m3_group_codes in interpret mode so far).
 
 NaN: a group (a row, the tensor) holding a NaN gets a NaN scale in jqlin.numerics, so its values
 and its rows' outputs are NaN. Here the GPU's float min / max ignore NaN (Pallas' Triton
