@@ -64,12 +64,11 @@ def plan(source: Source) -> Plan:
                                scheme)
         weight = QuantKey(E4M3, Granularity.BLOCK, block=tuple(block), rule=ScaleRule.VLLM)
         if scale_fmt == "ue8m0":  # DeepSeek-V3.1 on: power-of-two activation scales
-            act = ue8m0_activation(block[1])
+            act, name = ue8m0_activation(block[1]), "fp8/block_ue8m0"
         else:
-            act = QuantKey(E4M3, Granularity.GROUP, dynamic=True, group_size=block[1],
-                           rule=ScaleRule.VLLM)
+            act, name = QuantKey(E4M3, Granularity.GROUP, dynamic=True, group_size=block[1],
+                                 rule=ScaleRule.VLLM), "fp8/block"
         scale_suffix = "weight_scale_inv"
-        name = "fp8/block_ue8m0" if scale_fmt == "ue8m0" else "fp8/block"
     else:
         if scale_fmt == "ue8m0":
             raise config_error(_CFG, "scale_fmt", "'ue8m0' only with weight_block_size (block "

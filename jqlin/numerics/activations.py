@@ -55,11 +55,7 @@ def fp8_division_scale(xf: jax.Array, key: QuantKey,
     multiplies), DeepSeek's power-of-two e8m0 groups included (x / 2**j is the exact product
     _mx takes). What a fused codes kernel needs besides x (pallas_kernels.act_quant)."""
     if key.rule is ScaleRule.DEEPSEEK:
-        # the barrier keeps the exponent out of the amax reduction's fusion: fused, XLA:GPU
-        # emitted that reduction 6.5x slower (H100, 4096 x 18432 bf16: 336 us against the
-        # float32 rule's 52 us; benchmarks/NOTES.md session 40)
-        amax = jax.lax.optimization_barrier(tile_amax(xf, key))
-        return e8m0_to_f32(exponent_deepseek(amax))
+        return e8m0_to_f32(_deepseek_exponents(xf, key))
     if not key.dynamic:
         s = _need_static(key, input_scale)
         return None if key.rule is ScaleRule.MODELOPT else jnp.reshape(s, (1, 1))
@@ -67,6 +63,13 @@ def fp8_division_scale(xf: jax.Array, key: QuantKey,
     if key.rule is ScaleRule.VLLM:
         return jnp.maximum(s, _VLLM_MIN_SCALE)
     return jnp.where(s == 0, jnp.finfo(F32).eps, s)
+
+
+def _deepseek_exponents(xf: jax.Array, key: QuantKey) -> jax.Array:
+    """The e8m0 exponent bytes u of ScaleRule.DEEPSEEK's groups. The barrier keeps the exponent
+    out of the amax reduction's fusion: fused, XLA:GPU emitted that reduction 6.5x slower
+    (H100, 4096 x 18432 bf16: 336 us against the float32 rule's 52 us; NOTES.md session 40)."""
+    return exponent_deepseek(jax.lax.optimization_barrier(tile_amax(xf, key)))
 
 
 def _fp8(xf, key, input_scale):
@@ -83,13 +86,13 @@ def _fp8(xf, key, input_scale):
 def _mx(xf, key):
     if key.granularity is not Granularity.GROUP or not key.dynamic:
         raise ValueError(f"MX activations are dynamic groups along K, got [{key.describe()}]")
-    amax = tile_amax(xf, key)
     if key.rule is ScaleRule.DEEPSEEK:  # (e4m3 only: spec.QuantKey; x / s never passes 448)
-        u = exponent_deepseek(amax)
+        u = _deepseek_exponents(xf, key)
         ue = expand(u, *xf.shape)
         # a NaN-scale group's codes NaN too: the quotient x / NaN the codes kernel computes
         scaled = jnp.where(ue == 255, jnp.nan, divide_by_e8m0(xf, ue))
         return cast_e4m3(jnp.clip(scaled, -E4M3_MAX, E4M3_MAX)), e8m0_to_f32(u)
+    amax = tile_amax(xf, key)
     if key.rule is ScaleRule.MODELOPT:
         u = exponent_modelopt(amax, key.max_value)
         ties = "zero"

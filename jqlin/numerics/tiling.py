@@ -41,19 +41,24 @@ def tile_shape(key: QuantKey, rows: int, cols: int) -> tuple[int, int]:
     return 1, key.group_size
 
 
+def _magnitude_bits(x: jax.Array) -> jax.Array:
+    """|x|'s bit patterns as signed integers of x's width: they order like the magnitudes,
+    every NaN above inf, so an integer max is the float max that keeps NaN."""
+    ints = jnp.dtype(f"int{8 * x.dtype.itemsize}")
+    return jax.lax.bitcast_convert_type(x, ints) & jnp.array(jnp.iinfo(ints).max, ints)
+
+
 def abs_max(x: jax.Array, axis=None) -> jax.Array:
     """max |x| over `axis` (x floating, not empty), NaN wherever the values reduced hold a NaN
     -- whatever the backend's float max does with NaN: XLA:CPU's vectorized max reductions
     pass over it at some shapes (groups of 16 of a (13, 384) array gave the finite maximum, or
     -inf where all were NaN; a whole (13, 384) array's max gave 1.0; openxla/xla#21461, open).
 
-    One integer max of the magnitudes' bit patterns, which order like the values, every NaN
-    above inf. Before session 40 a separate any(isnan) flag: XLA:GPU made it a second pass
-    over x (H100, fp8_block 4096 x 18432: 52 us of a 1265 us product)."""
+    One integer max of the magnitudes' bits (_magnitude_bits). Before session 40 a separate
+    any(isnan) flag: XLA:GPU made it a second pass over x (H100, fp8_block 4096 x 18432: 52 us
+    of a 1265 us product)."""
     x = jnp.asarray(x)
-    ints = jnp.dtype(f"int{8 * x.dtype.itemsize}")
-    bits = jax.lax.bitcast_convert_type(x, ints) & jnp.array(jnp.iinfo(ints).max, ints)
-    return jax.lax.bitcast_convert_type(jnp.max(bits, axis=axis), x.dtype)
+    return jax.lax.bitcast_convert_type(jnp.max(_magnitude_bits(x), axis=axis), x.dtype)
 
 
 def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
@@ -61,22 +66,19 @@ def tile_amax(x: jax.Array, key: QuantKey) -> jax.Array:
     rows, cols = x.shape
     tr, tc = tile_shape(key, rows, cols)
     # a tile holding a NaN: its scale is NaN, its values dequantize to NaN, and a NaN activation
-    # reaches the output instead of a number
-    amax = abs_max(x.reshape(rows // tr, tr, cols // tc, tc), axis=(1, 3))
+    # reaches the output instead of a number (abs_max's reduction, on the bits)
+    bits = jnp.max(_magnitude_bits(x.reshape(rows // tr, tr, cols // tc, tc)), axis=(1, 3))
     axes = _SHARDED_AMAX.value
     if axes is not None:  # max is exact: the same value in any order, on any device
         rows_axis, cols_axis = axes
         g = key.granularity
         spans = ([rows_axis, cols_axis] if g is Granularity.TENSOR
                  else [cols_axis] if g in (Granularity.TOKEN, Granularity.CHANNEL) else [])
-        # on the bits: amax >= 0 (or the positive NaN, above inf), ordered as integers alike, and a
-        # NaN survives the collective (a float max across devices may drop it)
-        ftype = amax.dtype
-        bits = jax.lax.bitcast_convert_type(amax, jnp.dtype(f"int{8 * ftype.itemsize}"))
+        # still on the bits: a NaN survives the collective (a float max across devices may
+        # drop it)
         for axis in filter(None, spans):
             bits = jax.lax.pmax(bits, axis)
-        amax = jax.lax.bitcast_convert_type(bits, ftype)
-    return amax
+    return jax.lax.bitcast_convert_type(bits, x.dtype)
 
 
 def expand(scale: jax.Array, rows: int, cols: int) -> jax.Array:
