@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import numbers
 
 __all__ = ["Granularity", "ScaleRule", "GlobalScale", "QuantKey", "QuantSpec"]
 
@@ -62,6 +63,10 @@ class QuantKey:
     group_size: int | None = None
     rule: ScaleRule = ScaleRule.CT
     global_scale: GlobalScale | None = None
+    # an upper bound on the amax a dynamic scale is computed from (fbgemm's
+    # `activation_scale_ub`): s = rule(min(amax, float32(amax_bound))), so larger values
+    # saturate at +-448
+    amax_bound: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "granularity", Granularity(self.granularity))
@@ -93,6 +98,18 @@ class QuantKey:
             raise ValueError("a global scale only exists over e4m3 group scales (NVFP4)")
         if g is Granularity.TOKEN and not self.dynamic:
             raise ValueError("per-token scales only exist for dynamic activations")
+        if self.amax_bound is not None:
+            bound = self.amax_bound
+            if (isinstance(bound, bool) or not isinstance(bound, numbers.Real)
+                    or not math.isfinite(bound) or bound <= 0):
+                raise ValueError(f"QuantKey.amax_bound must be a finite positive number, got "
+                                 f"{bound!r}")
+            object.__setattr__(self, "amax_bound", float(bound))
+            if not (self.dynamic and self.dtype == "float8_e4m3fn"
+                    and self.scale_dtype == "float32"):
+                raise ValueError("QuantKey.amax_bound caps the amax of dynamic e4m3 scales "
+                                 "computed in float32 (fbgemm's activation_scale_ub); this key "
+                                 "has none")
         if self.rule is ScaleRule.DEEPSEEK and not (
                 self.dynamic and self.dtype == "float8_e4m3fn" and g is Granularity.GROUP
                 and self.scale_dtype == "float8_e8m0fnu"):
@@ -156,6 +173,8 @@ class QuantKey:
                  "dynamic" if self.dynamic else "static", f"rule={self.rule.value}"]
         if self.global_scale is not None:
             parts.append(f"global={self.global_scale.value}")
+        if self.amax_bound is not None:
+            parts.append(f"amax<={self.amax_bound:g}")
         return " ".join(parts)
 
 

@@ -163,10 +163,14 @@ def act_fp8_static(x32, s, rule="ct"):
     return e4m3(x32 / s).astype(np.float64) * np.float64(s)
 
 
-def act_fp8_dynamic(x32, group=None, vllm=False):
+def act_fp8_dynamic(x32, group=None, vllm=False, amax_bound=None):
+    """amax_bound: fbgemm's activation_scale_ub, the amax taken as at most that float32."""
     m, k = x32.shape
     tc = k if group is None else group
-    s = tile_amax(x32, 1, tc) / F32(448)
+    amax = tile_amax(x32, 1, tc)
+    if amax_bound is not None:
+        amax = np.minimum(amax, F32(amax_bound))
+    s = amax / F32(448)
     s = np.maximum(s, F32(1 / (448 * 512))) if vllm else np.where(s == 0, np.finfo(F32).eps, s)
     s = s.astype(F32)
     return e4m3(x32 / expand(s, 1, tc)).astype(np.float64) * expand(s, 1, tc)

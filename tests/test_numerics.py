@@ -1,5 +1,7 @@
 """Element numerics against hand-computed values and the independent NumPy oracle."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -253,6 +255,55 @@ def test_the_deepseek_rule_is_defined_for_e4m3_e8m0_activation_groups_only():
             QuantKey(**args)
     QuantKey("float8_e4m3fn", Granularity.GROUP, scale_dtype="float8_e8m0fnu", dynamic=True,
              group_size=128, rule=ScaleRule.DEEPSEEK)  # the one it is defined for
+
+
+@pytest.mark.parametrize("granularity", ["token", "group"])
+def test_bounded_amax_activations_are_the_oracle_bitwise(rng, granularity):
+    """QuantKey.amax_bound (fbgemm_fp8's activation_scale_ub): the vLLM rule on min(amax,
+    bound), codes and scales bitwise the oracle's under jit; rows (groups) past the bound
+    saturate at +-448 and only those change; a NaN row keeps its NaN scale; the bound is a
+    float32 (0.1 is float32(0.1) on both sides)."""
+    from jqlin.numerics import quantize_activation
+    from jqlin.spec import Granularity, QuantKey, ScaleRule
+    group = 128 if granularity == "group" else None
+    for bound in (3.0, 0.1):
+        key = QuantKey("float8_e4m3fn", Granularity(granularity), dynamic=True,
+                       group_size=group, rule=ScaleRule.VLLM, amax_bound=bound)
+        free = dataclasses.replace(key, amax_bound=None)
+        x = (rng.standard_normal((8, 512)) * np.exp2(rng.uniform(-6, 6, (8, 1)))).astype(
+            np.float32)
+        x[1, 7] = 1e5
+        run = jax.jit(lambda x, key=key: quantize_activation(x, key))
+        q, sc = run(jnp.asarray(x))
+        tc = group or 512
+        ref = oracle.act_fp8_dynamic(x, group, vllm=True, amax_bound=bound)
+        assert _same_values(_codes_times(q, sc, tc), ref), bound
+        past = np.abs(x).reshape(8, -1, tc).max(axis=2) > np.float32(bound)
+        assert past.any() and not past.all()
+        qf = np.asarray(q.astype(jnp.float32)).reshape(8, -1, tc)
+        assert (np.abs(qf).max(axis=2)[past] == 448).all()
+        q0, s0 = jax.jit(lambda x: quantize_activation(x, free))(jnp.asarray(x))
+        same = np.asarray(sc) == np.asarray(s0)
+        assert np.array_equal(same, ~past)
+        x[3, 9] = np.nan
+        _, sc = run(jnp.asarray(x))
+        assert np.isnan(np.asarray(sc)[3, 0]) and np.isfinite(np.delete(np.asarray(sc), 3, 0)).all()
+
+
+def test_amax_bound_is_defined_for_dynamic_e4m3_float32_scales_only():
+    from jqlin.spec import Granularity, QuantKey, ScaleRule
+    ok = dict(dtype="float8_e4m3fn", granularity=Granularity.TOKEN, dynamic=True,
+              rule=ScaleRule.VLLM)
+    assert "amax<=1200" in QuantKey(**ok, amax_bound=1200).describe()
+    for bad in (0, -1.0, float("inf"), float("nan"), True, "1200"):
+        with pytest.raises(ValueError, match="amax_bound must be a finite positive number"):
+            QuantKey(**ok, amax_bound=bad)
+    for kw in (dict(granularity=Granularity.TENSOR, dynamic=False),
+               dict(dtype="float4_e2m1fn", granularity=Granularity.GROUP, group_size=16),
+               dict(granularity=Granularity.GROUP, group_size=32,
+                    scale_dtype="float8_e8m0fnu")):
+        with pytest.raises(ValueError, match="amax_bound caps the amax of dynamic e4m3"):
+            QuantKey(**{**ok, **kw}, amax_bound=10.0)
 
 
 @pytest.mark.parametrize("rule", ["compressed-tensors", "modelopt"])

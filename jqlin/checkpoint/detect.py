@@ -8,18 +8,15 @@ import pathlib
 import warnings
 
 from ..errors import CheckpointError
-from . import compressed_tensors, hf_fp8, modelopt, native
+from . import compressed_tensors, fbgemm_fp8, hf_fp8, modelopt, native
 from .plan import Plan, Source, file_problem_key, quantized_modules
 from .safetensors_io import TensorStore
 
 __all__ = ["open_source", "plan_for", "SUPPORTED_METHODS"]
 
-SUPPORTED_METHODS = ("fp8", "compressed-tensors", "modelopt", native.QUANT_METHOD)
+SUPPORTED_METHODS = ("fp8", "compressed-tensors", "modelopt", "fbgemm_fp8", native.QUANT_METHOD)
 # methods FORMATS.md sec. 8 names that jqlin does not read, and why
 _KNOWN_UNSUPPORTED = {
-    "fbgemm_fp8": "its per-row dynamic activation scales are capped by activation_scale_ub, a "
-                  "rule no jqlin ScaleRule reproduces, and loading the weights under another "
-                  "rule would change the activations' numerics",
     "mxfp4": "gpt-oss stores MXFP4 mixture-of-experts weights (*_blocks / *_scales, 3-D per "
              "expert); jqlin's layers are dense Linears",
 }
@@ -106,6 +103,8 @@ def _plan_for(source: Source) -> Plan:
         plan = compressed_tensors.plan(source)
     elif method == "fp8":
         plan = hf_fp8.plan(source)
+    elif method == "fbgemm_fp8":
+        plan = fbgemm_fp8.plan(source)
     else:
         why = _KNOWN_UNSUPPORTED.get(method)
         raise CheckpointError(

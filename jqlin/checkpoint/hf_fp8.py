@@ -17,17 +17,10 @@ import math
 
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
 from .plan import (LayerPlan, Plan, Source, add_unquantized_siblings, config_error,
-                   kv_cache_warnings, quantized_modules)
+                   ignored_entry, kv_cache_warnings, quantized_modules)
 
 E4M3 = "float8_e4m3fn"
 _CFG = "config.json quantization_config"
-
-
-def _ignored(module: str, ignored: list[str]) -> str | None:
-    for entry in ignored:
-        if module == entry or module.startswith(entry + "."):
-            return entry
-    return None
 
 
 def ue8m0_activation(group: int) -> QuantKey:
@@ -85,7 +78,7 @@ def plan(source: Source) -> Plan:
     layers, problems = {}, {}
     quantized = quantized_modules(source.store)
     for module, tensors in quantized.items():
-        hit = _ignored(module, ignored)
+        hit = ignored_entry(module, ignored)
         if hit is not None:
             problems[module] = (
                 f"module '{module}' matches ignored_layers entry {hit!r} in {_CFG} but stores "
@@ -98,7 +91,8 @@ def plan(source: Source) -> Plan:
             module, spec, data=f"{module}.weight", scale=f"{module}.{scale_suffix}",
             input_scale=f"{module}.input_scale" if static else None)
     add_unquantized_siblings(problems, source.store, quantized,
-                             lambda m: _ignored(m, ignored) is None, f"{_CFG} 'ignored_layers'")
+                             lambda m: ignored_entry(m, ignored) is None,
+                             f"{_CFG} 'ignored_layers'")
     return Plan(name, layers, problems, warnings=kv_cache_warnings(
         _CFG, "kv_cache_scheme", qc.get("kv_cache_scheme"), source.store))
 

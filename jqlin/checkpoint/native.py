@@ -36,11 +36,14 @@ QUANT_METHOD = "jqlin"
 
 
 def key_to_dict(key: QuantKey) -> dict[str, Any]:
-    return {"dtype": key.dtype, "granularity": key.granularity.value,
-            "scale_dtype": key.scale_dtype, "dynamic": key.dynamic,
-            "block": list(key.block) if key.block else None, "group_size": key.group_size,
-            "rule": key.rule.value,
-            "global_scale": key.global_scale.value if key.global_scale else None}
+    d = {"dtype": key.dtype, "granularity": key.granularity.value,
+         "scale_dtype": key.scale_dtype, "dynamic": key.dynamic,
+         "block": list(key.block) if key.block else None, "group_size": key.group_size,
+         "rule": key.rule.value,
+         "global_scale": key.global_scale.value if key.global_scale else None}
+    if key.amax_bound is not None:  # (only then: files without one read as before)
+        d["amax_bound"] = key.amax_bound
+    return d
 
 
 def key_from_dict(d: Any, where: str) -> QuantKey:

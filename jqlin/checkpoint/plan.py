@@ -118,6 +118,14 @@ def kv_cache_warnings(where: str, key: str, value: Any, store: TensorStore) -> l
             "scales are kept as ordinary tensors)"]
 
 
+def ignored_entry(module: str, entries: list[str]) -> str | None:
+    """The entry of an ignore list that names `module` or a parent of it, if any."""
+    for entry in entries:
+        if module == entry or module.startswith(entry + "."):
+            return entry
+    return None
+
+
 def config_error(file: str, key: str, expected: str, got: Any) -> CheckpointError:
     return CheckpointError(f"{file}: '{key}' must be {expected}, got {got!r}")
 

@@ -133,13 +133,13 @@ def codes_path(m: int, k_storage: int, key: QuantKey, *, interpret: bool = False
     (pallas_kernels.act_quant: one pass, the hardware's IEEE division) on the GPU from
     M = CODES_KERNEL_MIN_M (1: every M) for the division-form rules (all but ModelOpt's
     static one, which multiplies) and K a multiple of 128; for dynamic 1 x 128 groups from
-    M = GROUP_CODES_KERNEL_MIN_M "pallas_group" instead (the scales in that pass too); else
-    "xla" (quantize_activation)."""
+    M = GROUP_CODES_KERNEL_MIN_M "pallas_group" instead (the scales in that pass too; not
+    where the key bounds the amax); else "xla" (quantize_activation)."""
     division = key.dynamic or key.rule is not ScaleRule.MODELOPT
     if not (division and serves(m, k_storage, CODES_KERNEL_MIN_M, interpret=interpret)):
         return "xla"
-    group = key.granularity is Granularity.GROUP and serves(
-        m, k_storage, GROUP_CODES_KERNEL_MIN_M, interpret=interpret)
+    group = (key.granularity is Granularity.GROUP and key.amax_bound is None and serves(
+        m, k_storage, GROUP_CODES_KERNEL_MIN_M, interpret=interpret))
     return "pallas_group" if group else "pallas"
 
 
@@ -159,9 +159,10 @@ def quantize_x(x2d: jax.Array, qw: QuantizedWeight, spec: QuantSpec, *,
     if codes not in _CODES:
         raise ValueError(f"codes must be one of {_CODES}, got {codes!r}")
     if codes == "pallas_group":
-        if not (key.granularity is Granularity.GROUP and key.group_size == 128 and key.dynamic):
-            raise ValueError(f"codes='pallas_group' computes dynamic 1 x 128 group scales; the "
-                             f"activation key is [{key.describe()}]")
+        if not (key.granularity is Granularity.GROUP and key.group_size == 128 and key.dynamic
+                and key.amax_bound is None):
+            raise ValueError(f"codes='pallas_group' computes dynamic 1 x 128 group scales from "
+                             f"unbounded amaxes; the activation key is [{key.describe()}]")
         q, s = e4m3_group_codes(pad_k(x2d, k_storage), rule=key.rule.value, interpret=interpret)
         return q, s, _X_KIND[key.granularity]
     xf = pad_k(x2d.astype(jnp.float32), k_storage)

@@ -59,7 +59,10 @@ def fp8_division_scale(xf: jax.Array, key: QuantKey,
     if not key.dynamic:
         s = _need_static(key, input_scale)
         return None if key.rule is ScaleRule.MODELOPT else jnp.reshape(s, (1, 1))
-    s = div(tile_amax(xf, key), E4M3_MAX)
+    amax = tile_amax(xf, key)
+    if key.amax_bound is not None:  # (a NaN amax stays NaN)
+        amax = jnp.minimum(amax, jnp.float32(key.amax_bound))
+    s = div(amax, E4M3_MAX)
     if key.rule is ScaleRule.VLLM:
         return jnp.maximum(s, _VLLM_MIN_SCALE)
     return jnp.where(s == 0, jnp.finfo(F32).eps, s)

@@ -38,6 +38,10 @@ BASES = {
         producer=lambda m, w: cb.fp8_block(w),
         quantization_config={"quant_method": "fp8", "activation_scheme": "dynamic",
                              "weight_block_size": [128, 128]}),
+    "fbgemm": lambda: dict(
+        producer=lambda m, w: cb.fp8_channel(w, scale_shape=(-1, 1)),
+        quantization_config={"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+                             "modules_to_not_convert": ["lm_head"]}),
     "hf_static": lambda: dict(
         producer=lambda m, w: cb.fp8_tensor(w, static_input=()),
         quantization_config={"quant_method": "fp8", "activation_scheme": "static"}),
@@ -164,8 +168,15 @@ CASES = {
         f"{Q}.weight_shape", np.array([160, 161], np.int64)), [f"'{Q}.weight_shape'", "161"]),
     "unknown_quant_method": ("ds_block", lambda c: c.qc(lambda q: q.update(quant_method="awq")),
                              ["quant_method", "'awq'"]),
-    "fbgemm_fp8_says_why": ("ds_block", lambda c: c.qc(lambda q: q.update(quant_method="fbgemm_fp8")),
-                            ["'fbgemm_fp8' is not supported: ", "activation_scale_ub"]),
+    "fbgemm_without_bound": ("fbgemm", lambda c: c.qc(lambda q: q.pop("activation_scale_ub")),
+                             ["'activation_scale_ub' must be set", "None"]),
+    "fbgemm_bad_bound": ("fbgemm", lambda c: c.qc(lambda q: q.update(activation_scale_ub=-1)),
+                         ["'activation_scale_ub' must be a finite positive number", "-1"]),
+    "fbgemm_bad_skip_regex": ("fbgemm", lambda c: c.qc(
+        lambda q: q.update(modules_to_not_convert=["lm_head("])), ["'modules_to_not_convert'",
+                                                                    "lm_head("]),
+    "fbgemm_row_scale_wrong_shape": ("fbgemm", lambda c: c.set(
+        f"{Q}.weight_scale", np.ones((1, 1), np.float32)), [f"'{Q}.weight_scale'", "[1, 1]"]),
     "gpt_oss_mxfp4_says_why": ("ds_block", lambda c: c.qc(lambda q: q.update(quant_method="mxfp4")),
                                ["'mxfp4' is not supported: gpt-oss", "mixture-of-experts"]),
     "ct_int_scheme": ("ct_channel", _group_weights(type="int"),

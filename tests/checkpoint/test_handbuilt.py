@@ -58,6 +58,22 @@ def deepseek_v31_ue8m0():
             "fp8/block_ue8m0", {m: spec for m in ALL})
 
 
+FBGEMM_KEPT = "model.layers.1.mlp.down_proj"
+
+
+def fbgemm_fp8():
+    """HF FbgemmFp8Config (e.g. Llama-3.1-405B-Instruct-FP8): per-row weight scales (N, 1),
+    per-token activations whose amax is bounded by activation_scale_ub. Layer 1's down_proj
+    stays bf16, named by an entry older transformers matched as a substring."""
+    qc = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+          "modules_to_not_convert": ["lm_head", "layers.1.mlp.down_proj"]}
+    spec = QuantSpec(QuantKey(E4M3, Gr.CHANNEL, rule=VLLM),
+                     QuantKey(E4M3, Gr.TOKEN, dynamic=True, rule=VLLM, amax_bound=1200.0))
+    prod = lambda m, w: None if m == FBGEMM_KEPT else cb.fp8_channel(w, scale_shape=(-1, 1))
+    return (dict(producer=prod, quantization_config=qc, layers=2), "fbgemm_fp8/ptpc",
+            {m: spec for m in cb.modules(2) if m != FBGEMM_KEPT})
+
+
 def ct_fp8_tensor_static():
     g = cb.ct_group(cb.args(8, "tensor"), cb.args(8, "tensor"), "float-quantized")
     prod = lambda m, w: cb.fp8_tensor(w, scale_shape=(1,), static_input=(1,))
@@ -251,6 +267,7 @@ CASES = {
     "deepseek_block_f32_scale_inv": _deepseek(np.float32),
     "deepseek_block_bf16_scale_inv": _deepseek(cb.BF16),
     "deepseek_v31_ue8m0": deepseek_v31_ue8m0,
+    "fbgemm_fp8": fbgemm_fp8,
     "ct_fp8_tensor_static": ct_fp8_tensor_static,
     "ct_fp8_channel_f32": ct_fp8_channel_f32,
     "ct_fp8_group": ct_fp8_group,
@@ -341,6 +358,56 @@ def test_deepseek_ue8m0_layers_run_deepseeks_activation_rule(tmp_path, rng):
                      rule=ScaleRule.DEEPSEEK)
     assert "rule='deepseek'" in kernels["pallas_mxfp8"].spec_mismatch(QuantSpec(mx.weight, act32))
     assert kernels["pallas_mxfp8"].spec_mismatch(mx) is None
+
+
+def test_fbgemm_layers_bound_the_activation_amax(tmp_path, rng):
+    """An fbgemm_fp8 layer's product: the stored weight times activations quantized per token
+    with the amax bounded by activation_scale_ub (the NumPy oracle: values past the bound
+    saturate at +-448), to float32 accumulation -- on the XLA reference and the Pallas W8A8
+    kernel (interpret mode). Without the bound the product moves."""
+    import oracle
+    path, _, specs, expected, *_ = make_case("fbgemm_fp8", tmp_path, rng)
+    module = f"{cb.MLP}.up_proj"
+    qw = jqlin.load_checkpoint(path).layers[module]
+    assert qw.spec == specs[module]
+    n, k = qw.shape
+    x = (rng.standard_normal((6, k)) * np.exp2(rng.uniform(-4, 4, (6, 1)))).astype(np.float32)
+    x[:3, 5] = [2500.0, -1e4, 1200.5]  # rows whose amax passes the bound
+    ref = oracle.act_fp8_dynamic(x, vllm=True, amax_bound=1200.0) @ expected[module].T
+    for kernel in ("auto", "xla", "pallas_fp8_w8a8"):
+        y = np.asarray(jqlin.matmul(x, qw, out_dtype=jnp.float32, kernel=kernel))
+        assert np.linalg.norm(y - ref) <= 1e-6 * np.linalg.norm(ref), kernel
+    unbounded = oracle.act_fp8_dynamic(x, vllm=True) @ expected[module].T
+    moved = np.linalg.norm(unbounded[:3] - ref[:3], axis=1)
+    assert (moved[:2] > 1e-2 * np.linalg.norm(ref[:2], axis=1)).all()  # (the bound matters,
+    assert moved[2] > 0  # a little just past it,
+    np.testing.assert_array_equal(unbounded[3:], ref[3:])  # and not below it)
+
+
+def test_fbgemm_modules_to_not_convert(tmp_path, rng):
+    """A bf16 Linear whose sibling is quantized loads when modules_to_not_convert names it the
+    way some transformers version matches (substring, regex prefix, suffix), and is an error
+    naming the module otherwise; a quantized module named by an entry is an error too."""
+    from jqlin.errors import CheckpointError
+    kw, *_ = fbgemm_fp8()
+    prod, qc = kw.pop("producer"), kw.pop("quantization_config")
+    for i, entries in enumerate([["model.layers.1.mlp.down_proj"], [r"model\.layers\.1\.mlp"],
+                                 ["mlp.down_proj"], ["lm_head"],
+                                 ["lm_head", "model.layers.0.mlp.up_proj"]]):
+        path = tmp_path / f"c{i}"
+        cb.build(path, rng, prod, quantization_config={**qc, "modules_to_not_convert": entries},
+                 **kw)
+        if entries == ["lm_head"]:
+            with pytest.raises(CheckpointError, match=f"'{FBGEMM_KEPT}' stores its weight "
+                                                      "unquantized.*modules_to_not_convert"):
+                jqlin.load_checkpoint(path)
+        elif "model.layers.0.mlp.up_proj" in entries:
+            with pytest.raises(CheckpointError, match="'model.layers.0.mlp.up_proj' matches "
+                                                      "modules_to_not_convert entry"):
+                jqlin.load_checkpoint(path)
+        else:
+            ck = jqlin.load_checkpoint(path)
+            assert FBGEMM_KEPT not in ck.layers and f"{FBGEMM_KEPT}.weight" in ck.tensors
 
 
 def test_sharded_index(tmp_path, rng):

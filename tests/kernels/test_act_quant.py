@@ -36,9 +36,12 @@ def tiles(request, monkeypatch):
     return request.param
 
 
-CASES = [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"),
+# "fbgemm": the vLLM rule with the amax bounded (QuantKey.amax_bound, fbgemm_fp8 checkpoints) at
+# FBGEMM_BOUND, amid _activations' row amaxes: about half the rows' quotients pass 448
+CASES = [("fp8_ptpc", "compressed-tensors"), ("fp8_ptpc", "vllm"), ("fp8_ptpc", "fbgemm"),
          ("fp8_block", "compressed-tensors"), ("fp8_block", "vllm"), ("fp8_block", "deepseek"),
-         ("fp8_per_tensor", "compressed-tensors")]
+         ("fp8_block", "fbgemm"), ("fp8_per_tensor", "compressed-tensors")]
+FBGEMM_BOUND = 1.0
 
 
 def _activations(rng, m, k):
@@ -66,8 +69,12 @@ def _bits_where_not_nan(a, b):
 
 def _weight(fmt, rule, n, k):
     spec = formats.get(fmt)
-    key = (ue8m0_activation(128) if rule == "deepseek"  # (DeepSeek-V3.1's e8m0 groups)
-           else dataclasses.replace(spec.activation, rule=ScaleRule(rule)))
+    if rule == "deepseek":  # (DeepSeek-V3.1's e8m0 groups)
+        key = ue8m0_activation(128)
+    elif rule == "fbgemm":
+        key = dataclasses.replace(spec.activation, rule=ScaleRule.VLLM, amax_bound=FBGEMM_BOUND)
+    else:
+        key = dataclasses.replace(spec.activation, rule=ScaleRule(rule))
     w = np.random.default_rng(3).standard_normal((n, k))
     calib = None if key.dynamic else jnp.ones((1, k), jnp.float32)  # (replaced below)
     qw = qweight.quantize(jnp.asarray(w, jnp.float32), fmt, calibration=calib)
@@ -82,8 +89,8 @@ def _check(rng, fmt, rule, m, k, interpret):
     run = lambda codes: jax.jit(lambda x: quantize_x(  # noqa: E731
         x, qw, spec, codes=codes, interpret=interpret)[:2])(x)
     qx, sx = run("xla")
-    kernels = ["pallas"] + (["pallas_group"] if spec.activation.granularity.value == "group"
-                            else [])
+    group = spec.activation.granularity.value == "group" and spec.activation.amax_bound is None
+    kernels = ["pallas"] + (["pallas_group"] if group else [])
     for codes in kernels:  # (the group rules: e4m3_codes on XLA's scales, and the whole pass)
         qk, sk = run(codes)
         np.testing.assert_array_equal(np.asarray(sk), np.asarray(sx), err_msg=codes)
@@ -123,6 +130,9 @@ def test_codes_kernel_rejects_bad_arguments():
         quantize_x(x, qw, spec, codes="pallas", interpret=True)
     with pytest.raises(ValueError, match="dynamic 1 x 128 group"):
         quantize_x(x, qw, spec, codes="pallas_group", interpret=True)
+    qw, spec = _weight("fp8_block", "fbgemm", 128, 256)  # (its scales see a bound)
+    with pytest.raises(ValueError, match="unbounded amaxes"):
+        quantize_x(x, qw, spec, codes="pallas_group", interpret=True)
 
 
 @pytest.mark.gpu
@@ -153,6 +163,8 @@ def test_codes_path_rule(monkeypatch):
         assert codes_path(GROUP_CODES_KERNEL_MIN_M, 4096, group) == "pallas_group"
     monkeypatch.setattr(pallas_fp8, "GROUP_CODES_KERNEL_MIN_M", 64)
     assert [codes_path(m, 4096, group) for m in (63, 64)] == ["pallas", "pallas_group"]
+    bounded = _weight("fp8_block", "fbgemm", 128, 256)[1].activation  # (the pass has no bound)
+    assert codes_path(64, 4096, bounded) == "pallas"
     assert codes_path(64, 4096, ptpc) == "pallas"  # (per-token: rows span many tiles)
     if CODES_KERNEL_MIN_M > 1:
         assert codes_path(CODES_KERNEL_MIN_M - 1, 4096, ptpc) == "xla"

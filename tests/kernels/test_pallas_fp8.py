@@ -18,6 +18,7 @@ import pytest
 
 from jqlin import dispatch, formats, qweight
 from jqlin.errors import UnsupportedSpecError
+from jqlin.spec import ScaleRule
 from jqlin.kernels.pallas_fp8 import quantize_x, w8a8_apply
 from jqlin.kernels.xla import reference_activation
 from jqlin.checkpoint.hf_fp8 import ue8m0_activation
@@ -35,21 +36,29 @@ KERNEL_OF = {
     "fp8_ptpc": "pallas_fp8_w8a8",
     "fp8_block": "pallas_fp8_block",
     "fp8_block_ue8m0": "pallas_fp8_block",
+    "fp8_ptpc_bounded": "pallas_fp8_w8a8",
 }
 ULP_REL = {jnp.dtype(jnp.float32): 2.0 ** -23, jnp.dtype(jnp.bfloat16): 2.0 ** -7}
 CPU_ACC_RTOL = 1e-5
 # Tensor-core float32 accumulation is not IEEE round-to-nearest: ~1e-4 of the |.|-sum.
 GPU_ACC_RTOL = 1e-4
-FP8_MMA_FORMATS = {"fp8_per_tensor", "fp8_ptpc", "fp8_block", "fp8_block_ue8m0"}
-# DeepSeek-V3.1's block FP8 (`scale_fmt: "ue8m0"`): the spec its checkpoints load with, which
-# has no registered name -- the block format with power-of-two activation group scales
-UE8M0 = "fp8_block_ue8m0"
+FP8_MMA_FORMATS = {"fp8_per_tensor", "fp8_ptpc", "fp8_block", "fp8_block_ue8m0",
+                   "fp8_ptpc_bounded"}
+# Specs checkpoints load with that have no registered name: DeepSeek-V3.1's block FP8
+# (`scale_fmt: "ue8m0"`: power-of-two activation group scales), and fbgemm_fp8's per-token
+# activations with the amax bounded (at 2, amid _operands' row amaxes of ~0.3-12)
+UE8M0, BOUNDED = "fp8_block_ue8m0", "fp8_ptpc_bounded"
+_BASE = {UE8M0: "fp8_block", BOUNDED: "fp8_ptpc"}
 
 
 def _spec(fmt: str):
-    if fmt != UE8M0:
-        return formats.get(fmt)
-    return dataclasses.replace(formats.get("fp8_block"), activation=ue8m0_activation(128))
+    base = formats.get(_BASE.get(fmt, fmt))
+    if fmt == UE8M0:
+        return dataclasses.replace(base, activation=ue8m0_activation(128))
+    if fmt == BOUNDED:
+        return dataclasses.replace(base, activation=dataclasses.replace(
+            base.activation, rule=ScaleRule.VLLM, amax_bound=2.0))
+    return base
 
 
 def _operands(rng, fmt: str, m: int, n: int, k: int, dtype):
@@ -59,7 +68,7 @@ def _operands(rng, fmt: str, m: int, n: int, k: int, dtype):
     x = jnp.asarray(x, dtype)
     spec = _spec(fmt)
     static = spec.activation is not None and not spec.activation.dynamic
-    qw = qweight.quantize(jnp.asarray(w, jnp.float32), "fp8_block" if fmt == UE8M0 else fmt,
+    qw = qweight.quantize(jnp.asarray(w, jnp.float32), _BASE.get(fmt, fmt),
                           calibration=x if static else None)
     return x, dataclasses.replace(qw, spec=spec)
 
@@ -126,7 +135,7 @@ def test_fused_weight_with_padding_segments(rng, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
-                                 "fp8_per_tensor", "fp8_block", UE8M0])
+                                 "fp8_per_tensor", "fp8_block", UE8M0, BOUNDED])
 def test_batch_invariant_rows(rng, fmt):
     k, n = 256, 200
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
@@ -514,7 +523,7 @@ def test_config_resolution_order():
 GPU_SHAPES = {  # (K, N): Llama-3-8B qkv; DeepSeek-V3-like K with a partial 128-row block
     "fp8_per_channel_a16": (4096, 6144), "fp8_per_tensor_a16": (4096, 6144),
     "fp8_block_a16": (7168, 2624), "fp8_per_tensor": (4096, 6144), "fp8_ptpc": (4096, 6144),
-    "fp8_block": (7168, 2624), UE8M0: (7168, 2624),
+    "fp8_block": (7168, 2624), UE8M0: (7168, 2624), BOUNDED: (4096, 6144),
 }
 GPU_MS = (1, 2, 7, 16, 64, 255, 4096)
 
@@ -572,7 +581,7 @@ def test_gpu_mid_m_paths_match_the_reference(rng, fmt):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["fp8_per_channel_a16", "fp8_block_a16", "fp8_ptpc",
-                                 "fp8_block", UE8M0])
+                                 "fp8_block", UE8M0, BOUNDED])
 def test_gpu_batch_invariant_rows(rng, fmt):
     """Weight-only rows alone and at M = 2, 7 run the decode kernel in the Mosaic kernel's
     deterministic order (N or K <= 4096 here), those of 64 rows and more the Mosaic kernel."""
