@@ -9,7 +9,9 @@
 #   then outdtype (test_out_dtype + bench_out_dtype), kgpu (the FP8 / 4-bit kernels' GPU tests),
 #   krest (every other GPU test of the kernels, dispatch and numerics), ue8m0 (DeepSeek-V3.1's
 #   activation rule on the FP8 block kernel: its GPU tests and time), group (session 40's
-#   e4m3_group_codes: GPU tests and its A/B), rows8 / rows4 (README rows)
+#   e4m3_group_codes: GPU tests -- with session 41's bounded fbgemm_fp8 codes -- and its A/B),
+#   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
+#   (README rows); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -120,6 +122,15 @@ if [[ $STAGES == *group* ]]; then  # session 40's e4m3_group_codes: GPU tests, t
       --ops fp8_block,fp8_block_ue8m0 --shapes 18432x7168,7168x24576 --m 1,16,256,4096 \
       --reps 10 --out "$OUT/group_breakdown_$act.json" > "$OUT/group_breakdown_$act.log" 2>&1
     echo "breakdown $act rc=$?"; grep -vE "Warn|warn" "$OUT/group_breakdown_$act.log" | cut -c1-160
+  done
+fi
+if [[ $STAGES == *amax_ab* ]]; then  # abs_max as one integer max (4d54cad) vs OLD (3e3c60c)
+  for t in old new; do
+    d=.; [[ $t == old ]] && d=${OLD:?amax_ab needs OLD=<a tree of 3e3c60c>}
+    (cd "$d" && timeout "${T_AMAX:-240}" python3 benchmarks/bench_matmul.py --reps 3 \
+      --xla-ref-max-m 0 --modes default --formats fp8_block,fp8_ptpc \
+      --shapes 18432x7168,4096x4096 --m 1,16,256,4096 --out "$OUT/amax_ab_$t" \
+      > "$OUT/amax_ab_$t.log" 2>&1); echo "amax_ab $t rc=$?"; tail -2 "$OUT/amax_ab_$t.log" | cut -c1-200
   done
 fi
 if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)

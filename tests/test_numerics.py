@@ -257,6 +257,41 @@ def test_the_deepseek_rule_is_defined_for_e4m3_e8m0_activation_groups_only():
              group_size=128, rule=ScaleRule.DEEPSEEK)  # the one it is defined for
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name,tile", [("fp8_per_tensor", None), ("fp8_per_channel_a16", (1, 0)),
+                                       ("fp8_block", (128, 128))])
+def test_ct_fp8_weights_in_their_own_dtype_are_the_oracle_bitwise(rng, dtype, name, tile):
+    """compressed-tensors quantizes FP8 weights in the weight's dtype: s = amax / 448 and the
+    quotient w / s each rounded to that dtype (torch's 16-bit division: correctly rounded),
+    then e4m3. jqlin's codes and scales are the NumPy oracle's (NumPy / ml_dtypes 16-bit
+    arithmetic), eager and under jit -- where XLA kept float32 excess precision and turned the
+    division into a reciprocal multiply (float16 codes differed on the CPU before
+    exact.div rounded 16-bit quotients itself). Rows of tiny magnitude give subnormal float16
+    scales."""
+    from jqlin import formats
+    from jqlin.numerics import quantize_weight
+    dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    n, k = 256, 384
+    w = (rng.standard_normal((n, k)) * np.exp(rng.uniform(-4, 4, (n, 1)))).astype(dt)
+    w[:8] = (w[:8].astype(np.float32) * np.float32(1e-4)).astype(dt)
+    key = formats.get(name).weight
+    tr, tc = (n, k) if tile is None else (tile[0], tile[1] or k)
+    tiles = np.abs(w).reshape(n // tr, tr, k // tc, tc)
+    s = (tiles.max(axis=(1, 3)) / dt(448)).astype(dt)
+    s = np.where(s == 0, ml_dtypes.finfo(dt).eps, s).astype(dt)
+    full = np.repeat(np.repeat(s, tr, 0), tc, 1)
+    want_q = np.clip(w / full, dt(-448), dt(448)).astype(ml_dtypes.float8_e4m3fn)
+    if dtype == "float16":
+        assert (s.astype(np.float32) < 2.0 ** -14).any() or tile != (1, 0)  # (subnormals met)
+    for how, f in (("eager", quantize_weight), ("jit", jax.jit(quantize_weight,
+                                                                static_argnums=1))):
+        q, sc, _ = f(jnp.asarray(w), key)
+        np.testing.assert_array_equal(np.asarray(q).view(np.uint8), want_q.view(np.uint8),
+                                      err_msg=how)
+        np.testing.assert_array_equal(np.asarray(sc).reshape(s.shape), s.astype(np.float32),
+                                      err_msg=how)
+
+
 @pytest.mark.parametrize("granularity", ["token", "group"])
 def test_bounded_amax_activations_are_the_oracle_bitwise(rng, granularity):
     """QuantKey.amax_bound (fbgemm_fp8's activation_scale_ub): the vLLM rule on min(amax,

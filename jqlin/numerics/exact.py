@@ -30,18 +30,46 @@ def div(a, b) -> jax.Array:
 
     Where both operands and the quotient are normal floats the result is exact on every
     backend; elsewhere (zero, inf, NaN, subnormal operands or quotients) it is the backend's
-    own division (XLA flushes subnormals to zero). Non-float32 operands: plain division.
+    own division (XLA flushes subnormals to zero). float16 / bfloat16 operands (compressed-
+    tensors' weight-dtype rule): the float32 quotient rounded once more (_round_to_16bit),
+    which is their correctly rounded quotient. Other dtypes: plain division.
     On the CPU, whose division is IEEE, the divisor goes behind a barrier instead (the
     simplifier's reciprocal rewrite): the correction's ~50 integer ops made XLA's CPU
     compiles of the quantization rules ~7x longer (CI). Elsewhere: fuses, no barrier.
     """
     a = jnp.asarray(a)
     b = jnp.asarray(b, a.dtype) if jnp.issubdtype(a.dtype, jnp.floating) else jnp.asarray(b)
+    if a.dtype in _16BIT:
+        return _round_to_16bit(div(a.astype(F32), b.astype(F32)), a.dtype).astype(a.dtype)
     if a.dtype != F32:
         return a / b
     shape = jnp.broadcast_shapes(a.shape, b.shape)
     a, b = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
     return jax.lax.platform_dependent(a, b, cpu=_div_barrier, default=div_corrected)
+
+
+# float16 / bfloat16: (exponent bits, mantissa bits, smallest normal: float16's subnormals
+# are normal float32s; bfloat16's are float32's own, which reduce_precision keeps)
+_16BIT = {jnp.dtype(jnp.float16): (5, 10, 2.0 ** -14), jnp.dtype(jnp.bfloat16): (8, 7, None)}
+
+
+def _round_to_16bit(q: jax.Array, dtype) -> jax.Array:
+    """float32 q rounded to the nearest `dtype` value (ties to even), still as float32.
+
+    Why not q.astype(dtype) alone: under jit XLA may keep the float32 value where a 16-bit
+    result is widened again (excess precision), and its plain 16-bit division was a reciprocal
+    multiply there (a / broadcast(b)); on the CPU jitted float16 codes differed from eager ones.
+    reduce_precision is kept; below the smallest normal it flushes, so subnormals are whole
+    steps of the subnormal spacing (power-of-two products: exact). Rounding the correctly
+    rounded float32 quotient again gives the correctly rounded 16-bit one: float32's 24 bits
+    are at least 2p + 2 for p = 11 or 8, so the double rounding is innocuous."""
+    exp_bits, mant_bits, tiny = _16BIT[jnp.dtype(dtype)]
+    normal = jax.lax.reduce_precision(q, exponent_bits=exp_bits, mantissa_bits=mant_bits)
+    if tiny is None:
+        return normal
+    step = tiny * 2.0 ** -mant_bits
+    sub = jnp.round(q * (1.0 / step)) * step
+    return jnp.where(jnp.abs(q) < tiny, sub, normal)
 
 
 def _div_barrier(a, b):
