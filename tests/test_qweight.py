@@ -155,3 +155,30 @@ def test_fuse_rejects_mismatched_parts(rng):
         jqlin.fuse([a, jqlin.quantize(_w(rng, 16, 64), "mxfp8")])
     with pytest.raises(ValueError, match="at least one"):
         jqlin.fuse([])
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_quantize_and_dequantize_compile_to_the_rules_op_by_op_bits(rng, dtype):
+    """quantize / dequantize run their rules as one jitted program per shape and key: the same
+    bits as the rules dispatched op by op (eager), for every registered format, with partial
+    tiles (N = 200, K = 320)."""
+    from jqlin.numerics import dequantize_weight, quantize_weight
+    w = jnp.asarray(_w(rng, 200, 320), dtype)
+    for name in jqlin.formats.names():
+        spec = jqlin.formats.get(name)
+        cal = jnp.asarray(_w(rng, 4, 320)) if spec.static_input_scale else None
+        qw = jqlin.quantize(w, name, calibration=cal)
+        rows, cols = qw.storage_shape
+        with jax.disable_jit():
+            data, scale, gscale = quantize_weight(jnp.pad(w, ((0, rows - 200), (0, cols - 320))),
+                                                  spec.weight)
+            deq = dequantize_weight(qw.data, qw.scale, qw.global_scale, spec.weight)
+        for got, want, what in ((qw.data, data, "data"), (qw.scale, scale, "scale"),
+                                (qw.global_scale, gscale, "global scale")):
+            assert (got is None) == (want is None), (name, what)
+            if got is not None:
+                np.testing.assert_array_equal(np.atleast_1d(got).view(np.uint8),
+                                              np.atleast_1d(want).view(np.uint8),
+                                              err_msg=f"{name} {what}")
+        np.testing.assert_array_equal(np.asarray(qw.dequantize_storage()).view(np.uint32),
+                                      np.asarray(deq).view(np.uint32), err_msg=name)
