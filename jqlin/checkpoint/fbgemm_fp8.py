@@ -4,10 +4,10 @@ Meta's Llama-3.1-405B-Instruct-FP8.
 Every quantized Linear stores `weight` e4m3 (N, K) and `weight_scale` (N, 1), one float scale
 per output row. Activations are quantized at run time per token by fbgemm's
 `quantize_fp8_per_row` with the config's `activation_scale_ub` as the bound of the row's amax:
-s = max(min(amax, ub) / 448, 1 / (448 * 512)), codes e4m3(x / s), saturating. That is vLLM's
-per-token rule (ScaleRule.VLLM; vLLM serves these checkpoints with the same kernel arithmetic)
-with the amax bound in the key (QuantKey.amax_bound), so values past the bound saturate at
-+-448 as they do there.
+s = max(min(amax, ub) / 448, 1 / (448 * 512)), codes e4m3(x / s), saturating (FBGEMM's
+quantize.cu). That is the per-token rule jqlin records for vLLM's CUDA kernels (ScaleRule.VLLM:
+the same floor, and vLLM passes the same bound as `scale_ub`) with the bound in the key
+(QuantKey.amax_bound), so values past it saturate at +-448 as they do there.
 
 `modules_to_not_convert` names the Linears kept in bf16. HF's versions match its entries
 differently (substring; then regex prefix or suffix), so a module counts as deliberately
@@ -55,7 +55,7 @@ def _entries(qc: dict) -> list[str]:
 
 def _skipped_by_hf(module: str, entries: list[str]) -> bool:
     """Whether some HF version leaves `module` unconverted: an entry that is a substring of its
-    name (transformers <= 4.5x), or that matches its start as a regex or ends it (later)."""
+    name (older transformers), or that matches its start as a regex or ends it (later)."""
     return any(e in module or re.match(e, module) or module.endswith(e) for e in entries)
 
 
