@@ -11,7 +11,8 @@
 #   activation rule on the FP8 block kernel: its GPU tests and time), group (session 40's
 #   e4m3_group_codes: GPU tests -- with session 41's bounded fbgemm_fp8 codes -- and its A/B),
 #   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
-#   (README rows); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded)
+#   (README rows); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
+#   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -31,9 +32,9 @@ GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false
 gpu_workers() { python3 -c "print(max(1, min($1, int(0.9 * $TOTAL_MIB // $WORKER_MIB))))"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *tests* ]]; then
-  timeout "${T_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
+  timeout "${T_TESTS:-360}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
     tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
-    tests/test_transforms.py tests/test_dispatch.py \
+    tests/test_transforms.py tests/test_dispatch.py tests/test_formats.py tests/test_qweight.py \
     > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi
