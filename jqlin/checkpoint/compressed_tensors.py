@@ -23,8 +23,8 @@ import re
 from .. import formats
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warnings, linear_modules,
-                   quantized_modules, add_unquantized_siblings)
+from .plan import (LayerPlan, Plan, Source, config_error, excluded_but_quantized,
+                   kv_cache_warnings, linear_modules, quantized_modules, add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 T, C, TOK, B, G = (Granularity.TENSOR, Granularity.CHANNEL, Granularity.TOKEN,
@@ -78,8 +78,8 @@ def plan(source: Source) -> Plan:
     for module, tensors in quantized.items():
         hit = _match_any(module, ignore)
         if hit is not None:
-            problems[module] = (f"module '{module}' matches ignore entry {hit!r} in {_CFG} "
-                                f"but stores quantization tensors ({', '.join(sorted(tensors))})")
+            problems[module] = excluded_but_quantized(module, tensors,
+                                                      f"ignore entry {hit!r}", _CFG)
             continue
         group = _group_for(module, groups, modules, quantized=True)
         if group is None:

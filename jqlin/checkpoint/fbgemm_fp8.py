@@ -23,7 +23,7 @@ import re
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
 from .hf_fp8 import E4M3
 from .plan import (LayerPlan, Plan, Source, add_unquantized_siblings, config_error,
-                   ignored_entry, kv_cache_warnings, quantized_modules)
+                   kv_cache_warnings, quantized_modules, split_ignored)
 
 _CFG = "config.json quantization_config"
 FORMAT = "fbgemm_fp8/ptpc"
@@ -66,17 +66,10 @@ def plan(source: Source) -> Plan:
     spec = QuantSpec(QuantKey(E4M3, Granularity.CHANNEL, rule=ScaleRule.VLLM),
                      QuantKey(E4M3, Granularity.TOKEN, dynamic=True, rule=ScaleRule.VLLM,
                               amax_bound=ub))
-    layers, problems = {}, {}
     quantized = quantized_modules(source.store)
-    for module, tensors in quantized.items():
-        hit = ignored_entry(module, entries)
-        if hit is not None:
-            problems[module] = (
-                f"module '{module}' matches modules_to_not_convert entry {hit!r} in {_CFG} but "
-                f"stores quantization tensors ({', '.join(sorted(tensors))})")
-            continue
-        layers[module] = LayerPlan(module, spec, data=f"{module}.weight",
-                                   scale=f"{module}.weight_scale")
+    kept, problems = split_ignored(quantized, entries, "modules_to_not_convert", _CFG)
+    layers = {m: LayerPlan(m, spec, data=f"{m}.weight", scale=f"{m}.weight_scale")
+              for m in kept}
     add_unquantized_siblings(problems, source.store, quantized,
                              lambda m: not _skipped_by_hf(m, entries),
                              f"{_CFG} 'modules_to_not_convert'")

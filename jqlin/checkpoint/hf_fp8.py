@@ -17,7 +17,7 @@ import math
 
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
 from .plan import (LayerPlan, Plan, Source, add_unquantized_siblings, config_error,
-                   ignored_entry, kv_cache_warnings, quantized_modules)
+                   ignored_entry, kv_cache_warnings, quantized_modules, split_ignored)
 
 E4M3 = "float8_e4m3fn"
 _CFG = "config.json quantization_config"
@@ -75,15 +75,10 @@ def plan(source: Source) -> Plan:
         name = "fp8/per_tensor" if static else "fp8/per_tensor_dynamic"
     spec = QuantSpec(weight, act)
 
-    layers, problems = {}, {}
+    layers = {}
     quantized = quantized_modules(source.store)
-    for module, tensors in quantized.items():
-        hit = ignored_entry(module, ignored)
-        if hit is not None:
-            problems[module] = (
-                f"module '{module}' matches ignored_layers entry {hit!r} in {_CFG} but stores "
-                f"quantization tensors ({', '.join(sorted(tensors))})")
-            continue
+    kept, problems = split_ignored(quantized, ignored, "ignored_layers", _CFG)
+    for module, tensors in kept.items():
         if block is None and "weight_scale_inv" in tensors and "weight_scale" not in tensors:
             problems[module] = _block_scale_without_block_size(module, tensors)
             continue

@@ -19,8 +19,8 @@ import fnmatch
 
 from ..errors import CheckpointError
 from ..spec import GlobalScale, Granularity, QuantKey, QuantSpec, ScaleRule
-from .plan import (LayerPlan, Plan, Source, config_error, kv_cache_warnings, module_tensors,
-                   quantized_modules, add_unquantized_siblings)
+from .plan import (LayerPlan, Plan, Source, config_error, excluded_but_quantized,
+                   kv_cache_warnings, module_tensors, quantized_modules, add_unquantized_siblings)
 
 E4M3, E2M1, E8M0 = "float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"
 MO = ScaleRule.MODELOPT
@@ -104,9 +104,8 @@ def plan(source: Source) -> Plan:
     for module, tensors in quantized.items():
         hit = next((p for p in exclude if fnmatch.fnmatchcase(module, p)), None)
         if hit is not None:
-            problems[module] = (f"module '{module}' matches exclude_modules pattern {hit!r} in "
-                                f"{where} but stores quantization tensors "
-                                f"({', '.join(sorted(tensors))})")
+            problems[module] = excluded_but_quantized(
+                module, tensors, f"exclude_modules pattern {hit!r}", where)
             continue
         a, gs = algo, group_size
         if quantized_layers is not None:

@@ -126,6 +126,28 @@ def ignored_entry(module: str, entries: list[str]) -> str | None:
     return None
 
 
+def split_ignored(quantized: dict[str, dict], entries: list[str], list_name: str, where: str
+                  ) -> tuple[dict[str, dict], dict[str, str]]:
+    """The quantized modules no entry of the ignore list names (ignored_entry), and a problem
+    for each one named (excluded by the config, yet stored quantized)."""
+    kept, problems = {}, {}
+    for module, tensors in quantized.items():
+        hit = ignored_entry(module, entries)
+        if hit is None:
+            kept[module] = tensors
+        else:
+            problems[module] = excluded_but_quantized(module, tensors,
+                                                      f"{list_name} entry {hit!r}", where)
+    return kept, problems
+
+
+def excluded_but_quantized(module: str, tensors: Collection[str], entry: str, where: str) -> str:
+    """The problem of a module that the config excludes from quantization (`entry`: which list
+    entry, in `where`) but whose stored tensors are quantized."""
+    return (f"module '{module}' matches {entry} in {where} but stores quantization tensors "
+            f"({', '.join(sorted(tensors))})")
+
+
 def config_error(file: str, key: str, expected: str, got: Any) -> CheckpointError:
     return CheckpointError(f"{file}: '{key}' must be {expected}, got {got!r}")
 
