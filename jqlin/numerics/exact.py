@@ -56,9 +56,10 @@ _16BIT = {jnp.dtype(jnp.float16): (5, 10, 2.0 ** -14), jnp.dtype(jnp.bfloat16): 
 def _round_to_16bit(q: jax.Array, dtype) -> jax.Array:
     """float32 q rounded to the nearest `dtype` value (ties to even), still as float32.
 
-    Why not q.astype(dtype) alone: under jit XLA may keep the float32 value where a 16-bit
-    result is widened again (excess precision), and its plain 16-bit division was a reciprocal
-    multiply there (a / broadcast(b)); on the CPU jitted float16 codes differed from eager ones.
+    Why not a plain 16-bit division, or q.astype(dtype): under jit XLA may keep the float32
+    value where a 16-bit result is widened again (excess precision), and may rewrite
+    a / broadcast(b) as a reciprocal multiply; on the CPU jitted float16 codes differed from
+    eager ones (session 41).
     reduce_precision is kept; below the smallest normal it flushes, so subnormals are whole
     steps of the subnormal spacing (power-of-two products: exact). Rounding the correctly
     rounded float32 quotient again gives the correctly rounded 16-bit one: float32's 24 bits
