@@ -384,30 +384,35 @@ def test_fbgemm_layers_bound_the_activation_amax(tmp_path, rng):
     np.testing.assert_array_equal(unbounded[3:], ref[3:])  # and not below it)
 
 
-def test_fbgemm_modules_to_not_convert(tmp_path, rng):
+FBGEMM_SKIP_CASES = {  # modules_to_not_convert -> None (loads) or the error it must raise
+    "exact": (["model.layers.1.mlp.down_proj"], None),
+    "substring": (["layers.1.mlp.down"], None),  # (older transformers: `key in name`)
+    "regex_prefix": ([r"model\.layers\.1\.mlp"], None),  # (later: re.match)
+    "suffix": (["1.mlp.down_proj"], None),  # (later: name.endswith(key))
+    "not_named": (["lm_head"], f"'{FBGEMM_KEPT}' stores its weight unquantized"
+                               ".*'modules_to_not_convert'"),
+    "quantized_named": (["lm_head", "model.layers.0.mlp.up_proj"],
+                        "'model.layers.0.mlp.up_proj' matches modules_to_not_convert entry"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FBGEMM_SKIP_CASES))
+def test_fbgemm_modules_to_not_convert(tmp_path, rng, case):
     """A bf16 Linear whose sibling is quantized loads when modules_to_not_convert names it the
-    way some transformers version matches (substring, regex prefix, suffix), and is an error
-    naming the module otherwise; a quantized module named by an entry is an error too."""
+    way some transformers version matches (exactly, substring, regex prefix, suffix), and is
+    an error naming the module otherwise; a quantized module named by an entry is an error."""
     from jqlin.errors import CheckpointError
+    entries, error = FBGEMM_SKIP_CASES[case]
     kw, *_ = fbgemm_fp8()
     prod, qc = kw.pop("producer"), kw.pop("quantization_config")
-    for i, entries in enumerate([["model.layers.1.mlp.down_proj"], [r"model\.layers\.1\.mlp"],
-                                 ["mlp.down_proj"], ["lm_head"],
-                                 ["lm_head", "model.layers.0.mlp.up_proj"]]):
-        path = tmp_path / f"c{i}"
-        cb.build(path, rng, prod, quantization_config={**qc, "modules_to_not_convert": entries},
-                 **kw)
-        if entries == ["lm_head"]:
-            with pytest.raises(CheckpointError, match=f"'{FBGEMM_KEPT}' stores its weight "
-                                                      "unquantized.*modules_to_not_convert"):
-                jqlin.load_checkpoint(path)
-        elif "model.layers.0.mlp.up_proj" in entries:
-            with pytest.raises(CheckpointError, match="'model.layers.0.mlp.up_proj' matches "
-                                                      "modules_to_not_convert entry"):
-                jqlin.load_checkpoint(path)
-        else:
-            ck = jqlin.load_checkpoint(path)
-            assert FBGEMM_KEPT not in ck.layers and f"{FBGEMM_KEPT}.weight" in ck.tensors
+    cb.build(tmp_path, rng, prod, quantization_config={**qc, "modules_to_not_convert": entries},
+             **kw)
+    if error is not None:
+        with pytest.raises(CheckpointError, match=error):
+            jqlin.load_checkpoint(tmp_path)
+    else:
+        ck = jqlin.load_checkpoint(tmp_path)
+        assert FBGEMM_KEPT not in ck.layers and f"{FBGEMM_KEPT}.weight" in ck.tensors
 
 
 def test_sharded_index(tmp_path, rng):
