@@ -17,7 +17,6 @@ entry exactly (or as a parent).
 
 from __future__ import annotations
 
-import math
 import re
 
 from ..spec import Granularity, QuantKey, QuantSpec, ScaleRule
@@ -29,15 +28,18 @@ _CFG = "config.json quantization_config"
 FORMAT = "fbgemm_fp8/ptpc"
 
 
-def _bound(qc: dict) -> float:
+def _activation(qc: dict) -> QuantKey:
+    """The per-token key with the config's bound (QuantKey checks the value)."""
     ub = qc.get("activation_scale_ub")
     if ub is None:
         raise config_error(_CFG, "activation_scale_ub", "set: the bound of the activations' "
                            "per-token amax (HF writes it, default 1200.0; vLLM requires it)", ub)
-    if isinstance(ub, bool) or not isinstance(ub, (int, float)) or not (
-            math.isfinite(ub) and ub > 0):
-        raise config_error(_CFG, "activation_scale_ub", "a finite positive number", ub)
-    return float(ub)
+    try:
+        return QuantKey(E4M3, Granularity.TOKEN, dynamic=True, rule=ScaleRule.VLLM,
+                        amax_bound=ub)
+    except ValueError:
+        raise config_error(_CFG, "activation_scale_ub", "a finite positive number",
+                           ub) from None
 
 
 def _entries(qc: dict) -> list[str]:
@@ -61,11 +63,8 @@ def _skipped_by_hf(module: str, entries: list[str]) -> bool:
 
 def plan(source: Source) -> Plan:
     qc = source.quantization_config
-    ub = _bound(qc)
+    spec = QuantSpec(QuantKey(E4M3, Granularity.CHANNEL, rule=ScaleRule.VLLM), _activation(qc))
     entries = _entries(qc)
-    spec = QuantSpec(QuantKey(E4M3, Granularity.CHANNEL, rule=ScaleRule.VLLM),
-                     QuantKey(E4M3, Granularity.TOKEN, dynamic=True, rule=ScaleRule.VLLM,
-                              amax_bound=ub))
     quantized = quantized_modules(source.store)
     kept, problems = split_ignored(quantized, entries, "modules_to_not_convert", _CFG)
     layers = {m: LayerPlan(m, spec, data=f"{m}.weight", scale=f"{m}.weight_scale")
