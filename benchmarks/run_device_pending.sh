@@ -11,7 +11,8 @@
 #   activation rule on the FP8 block kernel: its GPU tests and time), group (session 40's
 #   e4m3_group_codes: GPU tests -- with session 41's bounded fbgemm_fp8 codes -- and its A/B),
 #   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
-#   (README rows); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
+#   (README rows), finish (session 42's in-kernel finish of the decode kernel: its GPU tests
+#   and its time beside XLA's finish); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
@@ -144,5 +145,17 @@ if [[ $STAGES == *rows4* ]]; then  # W+A 4-bit / MX rows at decode (the activati
   timeout "${T_ROWS4:-200}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
     --modes default --formats nvfp4,mxfp4,mxfp8 --shapes all --m 1,16 --out "$OUT/rows4" \
     > "$OUT/rows4.log" 2>&1; echo "rows4 rc=$?"; tail -3 "$OUT/rows4.log" | cut -c1-200
+fi
+if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the W8A16 decode kernel
+  timeout "${T_FIN_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+    -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
+    > "$OUT/pytest_finish.log" 2>&1
+  echo "pytest finish rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finish.log"
+  for fmt in ${FIN_FORMATS:-fp8_per_channel_a16 fp8_block_a16}; do
+    timeout "${T_FIN:-150}" python3 benchmarks/probe_decode_plain.py --format "$fmt" \
+      --shapes "${FIN_SHAPES:-all}" --m 1,16 --grid none --finish --reps 3 \
+      --out "$OUT/finish_$fmt.json" > "$OUT/finish_$fmt.log" 2>&1
+    echo "probe finish $fmt rc=$?"; grep -vE "Warn|warn" "$OUT/finish_$fmt.log" | tail -60 | cut -c1-150
+  done
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader

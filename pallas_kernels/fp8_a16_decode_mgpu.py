@@ -51,11 +51,11 @@ from .common import current_k_shards, device_ranges
 from .fp8_block_a16_mgpu import det_groups
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits
-from .mgpu_common import BLOCK, WG_ROWS, interpret_params, swizzled, zero_total
+from .mgpu_common import BLOCK, WG_ROWS, interpret_params, store_piece, swizzled, zero_total
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
-           "SCALE_KINDS"]
+           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "MAX_CLUSTER"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -72,11 +72,40 @@ RESIDENT_CTAS = 5
 FILL_MIN = 0.8
 FEW_CTAS = 3
 MAX_STAGES = 4
+# The in-kernel finish groups a weight tile's K ranges into one cluster: Hopper's portable
+# cluster size bounds the ranges it takes
+MAX_CLUSTER = 8
+# st.async's sender arrives at the receiving barrier once a thread of its warpgroup
+WARPGROUP_THREADS = 128
 
 
 class DecodeParams(NamedTuple):
     splits: int  # K ranges (one CTA each per 64 weight rows)
     stages: int  # pipeline stages (TMA copies in flight per CTA)
+
+
+class KernelFinish(NamedTuple):
+    """plain_slabs' in-kernel finish: the launch writes y (rows, N) in out_dtype itself instead
+    of float32 slabs of y^T. A weight tile's K ranges form one cluster; the other ranges send
+    their float32 totals to range 0's shared memory (st.async), which adds them in K order,
+    multiplies by `col` and rounds -- the operations XLA's finish runs on the slabs
+    (sum_splits' left fold, then the scale), so the same bits, without the slabs' round trip
+    and XLA's pass (H200, session 30: 1.2-1.7 us of a 6-24 us decode)."""
+    out_dtype: jnp.dtype  # 16-bit: the transposed store is stmatrix .trans
+    rows: int  # M
+    col: jax.Array | None  # float32 (N,) per weight row or (1,) per tensor; None: no factor
+
+
+def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
+                       interpret: bool) -> bool:
+    """Whether a default-mode launch of `splits` K ranges finishes in the kernel (KernelFinish):
+    on a GPU (the interpreter has no clusters), outside k_shards (the slabs of every device are
+    summed), with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or 16 (TMA's store
+    tiles y's rows by 8: it drops rows past a shorter y, but a longer one must be whole tiles).
+    Deterministic mode keeps its grouped slab sums."""
+    return (not interpret and not deterministic and current_k_shards() is None
+            and jnp.dtype(out_dtype).itemsize == 2 and splits <= MAX_CLUSTER
+            and (m <= 8 or m % 8 == 0))
 
 
 def decode_fits(m: int, n: int, k: int) -> bool:
@@ -145,7 +174,8 @@ def det_launch(kernel: str, n: int, k: int, least: int,
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
-                        range_parts: int | None = None, interpret: bool = False) -> jax.Array:
+                        range_parts: int | None = None, in_kernel_finish: bool | None = None,
+                        interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) @ (w * w_scale)^T, rounded to out_dtype (x's by default).
 
     x: bf16 or f16, M <= DECODE_MAX_M. w: (N, K) e4m3, N a multiple of 64, K of 128 * splits.
@@ -160,7 +190,10 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     Bitwise that kernel's (the interpreter at M >= 9; the GPU at M = 1-16, session 29), so
     deterministic mode takes it where fp8_paths.det_decode_wins. range_parts (deterministic
     mode): how many of the parts a K range (a CTA) holds, each part's total its own slab
-    (None: one; the same bits whatever it is)."""
+    (None: one; the same bits whatever it is).
+    in_kernel_finish: the ranges' sum, the scale and the rounding in the kernel (KernelFinish;
+    the same bits as XLA's finish of the slabs) -- None: where finishes_in_kernel says, False:
+    never (the slabs and XLA's pass), True: required (an error where it cannot)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -198,10 +231,24 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         per_block = jnp.pad(w_scale, ((0, 0), (0, -(k // BLOCK) % 4)))
     elif deterministic:  # whole-K scales, applied per K-block as the Mosaic kernel does
         per_block = jnp.broadcast_to(w_scale.reshape(-1), (n,))
+    finish = None
+    can_finish = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
+                                    interpret=interpret)
+    if in_kernel_finish and not can_finish:
+        raise ValueError(f"fp8_a16_decode_mgpu: in_kernel_finish=True needs a GPU launch in "
+                         f"default mode outside k_shards, a 16-bit output, at most "
+                         f"{MAX_CLUSTER} K ranges and M <= 8 or a multiple of 8; got M={m}, "
+                         f"splits={splits}, out_dtype={out_dtype}, deterministic="
+                         f"{deterministic}, interpret={interpret}")
+    if can_finish and in_kernel_finish is not False:
+        finish = KernelFinish(out_dtype, m, None if per_block is not None else
+                              w_scale.reshape(-1))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
                     chains="range" if per_block is None else "block", chain_scales=per_block,
-                    range_parts=range_parts or 1)
+                    range_parts=range_parts or 1, finish=finish)
+    if finish is not None:
+        return y
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     if per_block is not None:
@@ -212,7 +259,7 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
                 stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
                 chains: str = "range", chain_scales: jax.Array | None = None,
-                range_parts: int = 1) -> jax.Array:
+                range_parts: int = 1, finish: KernelFinish | None = None) -> jax.Array:
     """The launch: (splits, N, 8 or 16) float32 slabs of y^T (splits * range_parts with
     range_parts), range s holding its K range's sums (x rows past M zero). x (M <= 16, K)
     16-bit; w (N, K) codes of any dtype a_tile reads (int4 for e2m1); scales None or
@@ -229,6 +276,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     necessarily of whole steps), each part's total kept apart and stored as its own slab --
     (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
     be one CTA each (nor hold whole steps).
+    finish (range_parts 1): the launch returns y (finish.rows, N) itself (KernelFinish).
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -245,6 +293,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
         raise ValueError(f"plain_slabs: range_parts must split each of the {splits} K ranges "
                          f"into equal parts of whole K-blocks ('block' chains), got "
                          f"{range_parts} for K={k}")
+    if finish is not None and (range_parts != 1 or splits > MAX_CLUSTER or finish.rows != m
+                               or jnp.dtype(finish.out_dtype).itemsize != 2
+                               or not (m <= 8 or m % 8 == 0)):
+        raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, at most "
+                         f"{MAX_CLUSTER} ranges, a 16-bit output and M <= 8 or a multiple of "
+                         f"8 (x's rows); got range_parts={range_parts}, splits={splits}, "
+                         f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}")
     block_m = 8 if m <= 8 else 16
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
@@ -255,12 +310,57 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     scale_cols = 0 if scales is None else scales.shape[1] // (k // step_k)
 
     piped = 2 + (scales is not None)  # operands the pipeline streams
+    inputs = [a for a in (w, x, scales, cs) if a is not None]
+    col = None if finish is None else finish.col
+    if col is not None:
+        inputs.append(col)
+        if col.dtype != jnp.dtype(F32) or col.shape not in ((n,), (1,)):
+            raise ValueError(f"plain_slabs: finish.col must be float32 ({n},) or (1,), got "
+                             f"{col.dtype}{tuple(col.shape)}")
 
     def body(*refs):
         w_gmem, x_gmem = refs[:2]
-        out_gmem = refs[-1]
-        t = lax.axis_index("tile")
-        tile, split = t % tiles, t // tiles
+        out_gmem, finish_scratch = refs[len(inputs)], refs[len(inputs) + 1:]
+        if finish is None:
+            t = lax.axis_index("tile")
+            tile, split = t % tiles, t // tiles
+        else:  # (a tile's ranges are one cluster)
+            tile = lax.axis_index("tile")
+            split = lax.axis_index("range") if splits > 1 else 0
+
+        def write_y(total):  # KernelFinish: times col, rounded, y's rows written transposed
+            y_smem = finish_scratch[-1]
+            if col is not None:
+                col_gmem = refs[len(inputs) - 1]
+                if col.shape[0] == 1:
+                    total = total * col_gmem[0]
+                else:
+                    c = plgpu.load(col_gmem.at[pl.ds(tile * WG_ROWS, WG_ROWS)],
+                                   layout=plgpu.Layout.WGMMA.reduce(1), optimized=False)
+                    total = total * lax.broadcast_in_dim(c, total.shape, [0])
+            # (TMA drops the rows past y's M: x's zero rows)
+            store_piece(total, y_smem,
+                        out_gmem.at[pl.ds(0, block_m), pl.ds(tile * WG_ROWS, WG_ROWS)],
+                        transposed=True)
+            plgpu.wait_smem_to_gmem(0)
+
+        def finish_total(total):  # KernelFinish: range 0 adds the cluster's totals in K order
+            if splits == 1:
+                return write_y(total)
+            recv, recv_bar = finish_scratch[:2]
+
+            @pl.when(split > 0)
+            def _send():
+                plgpu.async_store_smem(total, recv.at[split - 1], recv_bar, cluster_idx=0,
+                                       cluster_dim="range")
+
+            @pl.when(split == 0)
+            def _add():
+                plgpu.barrier_wait(recv_bar)
+                summed = total
+                for r in range(splits - 1):
+                    summed = summed + plgpu.load(recv.at[r], layout=plgpu.Layout.WGMMA)
+                write_y(summed)
 
         def specs(first):  # the pipeline's tiles from K-step `first` on
             return [plgpu.BlockSpec((WG_ROWS, step_k), lambda i: (tile, first + i),
@@ -282,6 +382,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             return a
 
         def store(total, out_smem, slab=None):
+            if finish is not None:
+                return finish_total(total)
             out_smem[...] = total
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(out_smem, out_gmem.at[split if slab is None else slab,
@@ -370,10 +472,23 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                 plgpu.ACC((WG_ROWS, block_m), F32)),
             plgpu.SMEM((WG_ROWS, block_m), F32), *scratch)
 
+    params = plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup)
+    if finish is None:
+        call = plgpu.kernel(
+            body, out_type=jax.ShapeDtypeStruct((splits * range_parts, n, block_m), F32),
+            grid=(tiles * splits,), grid_names=("tile",), compiler_params=params,
+            interpret=interpret_params(interpret))
+        return call(*inputs)
+    out_dtype = jnp.dtype(finish.out_dtype)
+    # kernel-level scratch: its barrier is initialized before the cluster's first sync
+    received = [plgpu.SMEM((splits - 1, WG_ROWS, block_m), F32,
+                           transforms=swizzled(F32, block_m)),
+                plgpu.Barrier(num_arrivals=WARPGROUP_THREADS * (splits - 1))] if splits > 1 else []
     call = plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((splits * range_parts, n, block_m), F32),
-        grid=(tiles * splits,),
-        grid_names=("tile",),
-        compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-        interpret=interpret_params(interpret))
-    return call(*[a for a in (w, x, scales, cs) if a is not None])
+        body, out_type=jax.ShapeDtypeStruct((finish.rows, n), out_dtype),
+        grid=(tiles,), grid_names=("tile",),
+        cluster=(splits,) if splits > 1 else (), cluster_names=("range",) if splits > 1 else (),
+        scratch_types=received + [plgpu.SMEM((block_m, WG_ROWS), out_dtype,
+                                             transforms=swizzled(out_dtype, WG_ROWS))],
+        compiler_params=params, interpret=interpret_params(interpret))
+    return call(*inputs)

@@ -1,8 +1,9 @@
 """The plain-pipeline W8A16 decode kernel (pallas_kernels.fp8_a16_decode_mgpu): in Mosaic GPU's
 interpreter (outputs start as NaN) within the float64 bound at M=1..16 with one K range or
 several added by XLA, for per-channel, per-tensor and (session 28, path='decode' only) 128x128
-block scales; it lowers for CUDA on CPU; its launch rule and its argument checks; on the GPU
-(marked) the same at real sizes."""
+block scales; it lowers for CUDA on CPU (M = 1 and 16 through session 42's in-kernel finish);
+its launch rule and its argument checks; on the GPU (marked) the same at real sizes, and the
+in-kernel finish bitwise XLA's finish of the slabs."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 
 from float64_bound import assert_within_bound
 from jqlin import bench
-from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN, MAX_STAGES,
-                                                RESIDENT_CTAS, _fill, decode_fits,
-                                                decode_params, fp8_a16_decode_mgpu)
+from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN, MAX_CLUSTER,
+                                                MAX_STAGES, RESIDENT_CTAS, _fill, decode_fits,
+                                                decode_params, finishes_in_kernel,
+                                                fp8_a16_decode_mgpu)
 from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
 
 # float32 sums of exact bf16 x bf16(e4m3) products (wgmma), one scale multiply
@@ -246,3 +248,45 @@ def test_gpu_matches_float64(rng, kind, k, n):
             y = jax.jit(lambda *a, s=splits: fp8_a16_decode_mgpu(*a, scale_kind=kind,
                                                                  splits=s))(x, w, ws)
             _check(y, x, w, ws)
+
+
+def test_finish_in_kernel_rule():
+    """The in-kernel finish (clusters, st.async, stmatrix .trans) runs on a GPU in default mode
+    with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or a multiple of 8."""
+    ok = dict(deterministic=False, interpret=False)
+    assert finishes_in_kernel(1, 4, jnp.bfloat16, **ok)
+    assert finishes_in_kernel(16, MAX_CLUSTER, jnp.float16, **ok)
+    assert finishes_in_kernel(8, 1, jnp.bfloat16, **ok)
+    assert not finishes_in_kernel(9, 1, jnp.bfloat16, **ok)  # y's rows: TMA tiles of 8
+    assert not finishes_in_kernel(1, 2 * MAX_CLUSTER, jnp.bfloat16, **ok)
+    assert not finishes_in_kernel(1, 4, jnp.float32, **ok)
+    assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=True, interpret=False)
+    assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=False, interpret=True)
+
+
+def test_in_kernel_finish_where_it_cannot_run_is_an_error(rng):
+    x, w, ws = _operands(rng, 1, 256, 512, jnp.bfloat16, "channel")
+    with pytest.raises(ValueError, match="in_kernel_finish=True needs a GPU launch"):
+        fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", in_kernel_finish=True,
+                            interpret=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "tensor", "block"])
+@pytest.mark.parametrize("k,n", [(4096, 4096), (8192, 1088), (2048, 28672)])
+def test_gpu_in_kernel_finish_is_xlas_finish_bitwise(rng, kind, k, n):
+    """The cluster's K-order sum, the scale and the rounding in the kernel give XLA's finish of
+    the slabs bit for bit: every K-range count a cluster takes (1-8), M = 1, 7, 8, 16 (y's rows
+    past M dropped by TMA), bf16 and f16. Fresh random operands; the slab path is itself held
+    to float64 (test_gpu_matches_float64)."""
+    for m, dtype in ((1, jnp.bfloat16), (7, jnp.float16), (8, jnp.bfloat16), (16, jnp.bfloat16)):
+        x, w, ws = _operands(rng, m, n, k, dtype, kind)
+        for splits in (1, 2, 4, 8):
+            run = {fin: jax.jit(lambda *a, s=splits, f=fin: fp8_a16_decode_mgpu(
+                *a, scale_kind=kind, splits=s, in_kernel_finish=f))(x, w, ws)
+                for fin in (False, True)}
+            assert run[True].shape == (m, n) and run[True].dtype == dtype
+            np.testing.assert_array_equal(np.asarray(run[True].astype(jnp.float32)),
+                                          np.asarray(run[False].astype(jnp.float32)),
+                                          err_msg=f"M={m} splits={splits}")
+            _check(run[True], x, w, ws)
