@@ -2,14 +2,6 @@
 x pipeline stages, beside bf16 and the dispatcher (whose rule, decode_params, was fitted to this
 grid's M=1 run in session 26).
 
-Session 42: `--finish` times the rule's launch with XLA's finish of the slabs (`_slabs`) and
-with the in-kernel finish (`_fin`: a tile's K ranges one cluster, range 0 adding the others'
-totals and writing y; KernelFinish) beside bf16 and the dispatcher:
-    PYTHONPATH=. python3 benchmarks/probe_decode_plain.py --shapes all --m 1,16 --grid none \
-        --finish --out $OUT/finish.json
-Prediction (H200, from session 30's breakdown: XLA's finish pass 1.2-1.7 us): -1.2 us at
-4096x4096 M=1 (7.8 -> ~6.6 us, 1.63x -> ~1.9x bf16), -1 to -1.7 us elsewhere.
-
 History: session 25 wrote this as a probe holding its own copy of the kernel (one warpgroup of
 64 weight rows a CTA on plgpu.emit_pipeline, several CTAs an SM); session 26 ran it and made
 the kernel the library's 'decode' path. That version (commit 0a2cc7a) also had per-SM split ops
@@ -50,18 +42,16 @@ from pallas_kernels import w8a16_matmul
 from pallas_kernels.fp8_a16_decode_mgpu import fp8_a16_decode_mgpu
 
 
-def launch_op(fmt: str, splits: int | None, stages: int | None,
-              finish: bool | None = None) -> bench.Op:
+def launch_op(fmt: str, splits: int | None, stages: int | None) -> bench.Op:
     """The kernel at that launch (None, None: decode_params'; a K that `splits` does not
-    divide: an error row); finish: its in_kernel_finish (None: where the kernel's rule says)."""
+    divide: an error row)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         scale, kind = _weight_scale(qw, qw.spec)  # (the dispatcher's reading of the scales)
         return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, splits=splits,
-                                   stages=stages, in_kernel_finish=finish, interpret=interpret)
+                                   stages=stages, interpret=interpret)
     name = "plain_rule" if splits is None else f"plain_k{splits}_st{stages}"
-    name += {None: "", False: "_slabs", True: "_fin"}[finish]
     return bench.Op(name, fmt, "default", fn)
 
 
@@ -108,9 +98,6 @@ def main(argv=None) -> int:
                    help="with --det: the decode kernel's deterministic launches, K parts a CTA")
     p.add_argument("--rule", action="store_true",
                    help="also the kernel at its own launch rule (decode_params)")
-    p.add_argument("--finish", action="store_true",
-                   help="also the rule's launch with XLA's finish of the slabs and with the "
-                        "in-kernel finish (session 42), side by side")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
@@ -118,8 +105,6 @@ def main(argv=None) -> int:
         launch_op(args.format, sp, st) for sp, st in bench.parse_launch_grid(args.grid)]
     if args.rule:
         ops.append(launch_op(args.format, None, None))
-    if args.finish and not cpu:  # (the interpreter has no clusters: slabs only)
-        ops += [launch_op(args.format, None, None, False), launch_op(args.format, None, None, True)]
     if args.det:
         ops += [bench.kernel_op("pallas_fp8_w8a16", args.format, deterministic=True),
                 mosaic_det_op(args.format)]

@@ -146,16 +146,14 @@ if [[ $STAGES == *rows4* ]]; then  # W+A 4-bit / MX rows at decode (the activati
     --modes default --formats nvfp4,mxfp4,mxfp8 --shapes all --m 1,16 --out "$OUT/rows4" \
     > "$OUT/rows4.log" 2>&1; echo "rows4 rc=$?"; tail -3 "$OUT/rows4.log" | cut -c1-200
 fi
-if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the W8A16 decode kernel
-  timeout "${T_FIN_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the decode kernels
+  timeout "${T_FIN_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
     -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
-    > "$OUT/pytest_finish.log" 2>&1
+    tests/kernels/test_group_a16_decode_mgpu.py > "$OUT/pytest_finish.log" 2>&1
   echo "pytest finish rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finish.log"
-  for fmt in ${FIN_FORMATS:-fp8_per_channel_a16 fp8_block_a16}; do
-    timeout "${T_FIN:-150}" python3 benchmarks/probe_decode_plain.py --format "$fmt" \
-      --shapes "${FIN_SHAPES:-all}" --m 1,16 --grid none --finish --reps 3 \
-      --out "$OUT/finish_$fmt.json" > "$OUT/finish_$fmt.log" 2>&1
-    echo "probe finish $fmt rc=$?"; grep -vE "Warn|warn" "$OUT/finish_$fmt.log" | tail -60 | cut -c1-150
-  done
+  timeout "${T_FIN:-240}" python3 benchmarks/probe_decode_finish.py \
+    --formats "${FIN_FORMATS:-fp8_per_channel_a16,fp8_block_a16,nvfp4_a16}" \
+    --shapes "${FIN_SHAPES:-all}" --m 1,16 --out "$OUT/finish.json" > "$OUT/finish.log" 2>&1
+  echo "probe finish rc=$?"; grep -vE "Warn|warn" "$OUT/finish.log" | tail -90 | cut -c1-110
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader

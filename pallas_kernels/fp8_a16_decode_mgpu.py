@@ -51,7 +51,8 @@ from .common import current_k_shards, device_ranges
 from .fp8_block_a16_mgpu import det_groups
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits
-from .mgpu_common import BLOCK, WG_ROWS, interpret_params, store_piece, swizzled, zero_total
+from .mgpu_common import (BLOCK, WG_ROWS, finish_rows, interpret_params, store_piece, swizzled,
+                          zero_total)
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
@@ -88,12 +89,15 @@ class KernelFinish(NamedTuple):
     """plain_slabs' in-kernel finish: the launch writes y (rows, N) in out_dtype itself instead
     of float32 slabs of y^T. A weight tile's K ranges form one cluster; the other ranges send
     their float32 totals to range 0's shared memory (st.async), which adds them in K order,
-    multiplies by `col` and rounds -- the operations XLA's finish runs on the slabs
-    (sum_splits' left fold, then the scale), so the same bits, without the slabs' round trip
-    and XLA's pass (H200, session 30: 1.2-1.7 us of a 6-24 us decode)."""
+    applies finish_rows (times `factor`, then times / divided by `col`) and rounds -- the
+    operations XLA's finish runs on the slabs (sum_splits' left fold, then the same
+    finish_rows), so the same bits, without the slabs' round trip and XLA's pass (H200,
+    session 30: 1.2-1.7 us of a 6-24 us decode)."""
     out_dtype: jnp.dtype  # 16-bit: the transposed store is stmatrix .trans
     rows: int  # M
-    col: jax.Array | None  # float32 (N,) per weight row or (1,) per tensor; None: no factor
+    col: jax.Array | None  # float32 (N,) per weight row or (1,) per tensor; None: none
+    factor: float = 1.0
+    op: str = "mul"  # "mul" | "div" (by col)
 
 
 def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
@@ -294,6 +298,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"into equal parts of whole K-blocks ('block' chains), got "
                          f"{range_parts} for K={k}")
     if finish is not None and (range_parts != 1 or splits > MAX_CLUSTER or finish.rows != m
+                               or finish.op not in ("mul", "div")
                                or jnp.dtype(finish.out_dtype).itemsize != 2
                                or not (m <= 8 or m % 8 == 0)):
         raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, at most "
@@ -330,14 +335,20 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
 
         def write_y(total):  # KernelFinish: times col, rounded, y's rows written transposed
             y_smem = finish_scratch[-1]
+            c = None
             if col is not None:
                 col_gmem = refs[len(inputs) - 1]
                 if col.shape[0] == 1:
-                    total = total * col_gmem[0]
+                    c = col_gmem[0]
                 else:
-                    c = plgpu.load(col_gmem.at[pl.ds(tile * WG_ROWS, WG_ROWS)],
-                                   layout=plgpu.Layout.WGMMA.reduce(1), optimized=False)
-                    total = total * lax.broadcast_in_dim(c, total.shape, [0])
+                    c = lax.broadcast_in_dim(
+                        plgpu.load(col_gmem.at[pl.ds(tile * WG_ROWS, WG_ROWS)],
+                                   layout=plgpu.Layout.WGMMA.reduce(1), optimized=False),
+                        total.shape, [0])
+            if c is not None:
+                total = finish_rows(total, c, finish.factor, finish.op)
+            elif finish.factor != 1:
+                total = total * finish.factor
             # (TMA drops the rows past y's M: x's zero rows)
             store_piece(total, y_smem,
                         out_gmem.at[pl.ds(0, block_m), pl.ds(tile * WG_ROWS, WG_ROWS)],

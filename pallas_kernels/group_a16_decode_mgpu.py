@@ -41,8 +41,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .fp8_a16_decode_mgpu import (DECODE_MAX_M, det_launch, det_order, least_range_parts,
-                                  plain_slabs)
+from .fp8_a16_decode_mgpu import (DECODE_MAX_M, MAX_CLUSTER, KernelFinish, det_launch, det_order,
+                                  finishes_in_kernel, least_range_parts, plain_slabs)
 from .fp8_heuristics import num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
@@ -131,7 +131,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                           col_scale: jax.Array | None = None, *, post: str = "none",
                           splits: int | None = None, stages: int | None = None,
                           load: str | None = None, out_dtype=None, deterministic: bool = False,
-                          range_parts: int | None = None, interpret: bool = False) -> jax.Array:
+                          range_parts: int | None = None, in_kernel_finish: bool | None = None,
+                          interpret: bool = False) -> jax.Array:
     """y (M, N) = x (M, K) bf16 @ (code(w) * scale(w_scale))^T in out_dtype (default x's); for
     NVFP4 then `post` ("div" | "mul") by col_scale (float32 (N,)) per output column.
 
@@ -147,7 +148,9 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     whose x tile sets its bits; the GPU at every M: session 29), so deterministic mode's
     dispatcher takes it up to 16 rows (fp4_matmul.mgpu_path). range_parts (deterministic
     mode): how many parts a K range holds (None: det_range_parts'; the same bits whatever it
-    is)."""
+    is). in_kernel_finish: the ranges' sum, the RowFinish (or MX's factor) and the rounding in
+    the kernel (fp8_a16_decode_mgpu.KernelFinish: the same bits as XLA's finish) -- None: where
+    finishes_in_kernel says, False: never, True: required."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape
@@ -189,12 +192,25 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
             return decode(plgpu.load(w_ref, layout=plgpu.Layout.WGMMA), s_ref, f)
         return decode(w_ref[...].astype(F32).astype(x.dtype), s_ref, f)  # e4m3: exact first
 
-    slabs = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
-                        stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
-                        chains="block" if deterministic else "range",
-                        range_parts=range_parts or 1)
-    # parts (inside k_shards every device's) in K order, by groups
-    total = sum_device_splits(slabs, slabs.shape[0], n, slabs.shape[2], groups=groups)
+    out_dtype = jnp.dtype(out_dtype or x.dtype)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
+    in_kernel = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
+                                   interpret=interpret)
+    if in_kernel_finish and not in_kernel:
+        raise ValueError(f"group_a16_decode_mgpu: in_kernel_finish=True needs a GPU launch in "
+                         f"default mode outside k_shards, a 16-bit output, at most "
+                         f"{MAX_CLUSTER} K ranges and M <= 8 or a multiple of 8; got M={m}, "
+                         f"splits={splits}, out_dtype={out_dtype}, deterministic="
+                         f"{deterministic}, interpret={interpret}")
+    y = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
+                    stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
+                    chains="block" if deterministic else "range",
+                    range_parts=range_parts or 1,
+                    finish=KernelFinish(out_dtype, m, *(finish or (None, f.post_factor, "mul")))
+                    if in_kernel and in_kernel_finish is not False else None)
+    if y.ndim == 2:  # (finished in the kernel)
+        return y
+    # parts (inside k_shards every device's) in K order, by groups
+    total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     total = total * f.post_factor if finish is None else finish.xla(total)
-    return total[:, :m].T.astype(jnp.dtype(out_dtype or x.dtype))
+    return total[:, :m].T.astype(out_dtype)

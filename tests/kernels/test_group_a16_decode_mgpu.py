@@ -385,3 +385,29 @@ def test_describe_config_names_the_deterministic_launch(rng, monkeypatch):
     assert det_launch_of("nvfp4", 64, 7168) == (2, 4, 2)
     path = describe_config("pallas_nvfp4", 1, qw, qw.spec, jnp.bfloat16, True)["path"]
     assert "splits=4," in path and "K in 8 parts (2 a range)" in path, path
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,modelopt", [("nvfp4_a16", False), ("nvfp4_a16", True),
+                                           ("mxfp4_a16", False), ("mxfp8_a16", False)])
+def test_gpu_in_kernel_finish_is_xlas_finish_bitwise(rng, name, modelopt):
+    """The in-kernel finish (fp8_a16_decode_mgpu.KernelFinish: the cluster's K-order sum, the
+    RowFinish -- NVFP4's factor and global scale, divided or multiplied -- or MX's factor, the
+    rounding) gives XLA's finish of the slabs bit for bit: 1-8 K ranges, M = 1, 8, 16, both
+    code loads; N = 4160 (65 tiles). Fresh random operands; the slab path is itself held to
+    float64 (test_gpu_matches_float64)."""
+    fmt = FMT_OF[name]
+    k, n = 4096, 4160
+    steps = k // (128 * step_blocks(fmt))
+    loads = ("bytes", "words") if fmt != "mxfp8" else ("bytes",)
+    for m in (1, 8, 16):
+        x, qw = _make(rng, name, m, n, k, modelopt=modelopt)
+        for splits in (s for s in (1, 2, 4, 8) if steps % s == 0):
+            for load in loads:
+                run = {fin: jax.jit(lambda x, s=splits, ld=load, f=fin: _run(
+                    x, qw, splits=s, load=ld, in_kernel_finish=f))(x) for fin in (False, True)}
+                np.testing.assert_array_equal(
+                    np.asarray(run[True].astype(jnp.float32)),
+                    np.asarray(run[False].astype(jnp.float32)),
+                    err_msg=f"M={m} splits={splits} load={load}")
+                _check(run[True], x, qw)

@@ -1,0 +1,75 @@
+"""The decode kernels' in-kernel finish (session 42) against XLA's finish of their slabs, side
+by side with bf16 and the dispatcher, for the FP8 weight-only decode kernel
+(pallas_kernels.fp8_a16_decode_mgpu) and the 4-bit / MX one (group_a16_decode_mgpu), each at
+its launch rule's K ranges.
+
+    PYTHONPATH=. python3 benchmarks/probe_decode_finish.py --formats fp8_per_channel_a16,nvfp4_a16 \
+        --shapes all --m 1,16 --out $OUT/finish.json
+
+Ops per format: `<fmt>:pallas_*` (the dispatcher: the in-kernel finish wherever
+finishes_in_kernel says), `decode_slabs` (in_kernel_finish=False: float32 slabs of y^T, XLA's
+sum / scale / transpose / rounding pass after) and `decode_fin` (in_kernel_finish=True where
+the launch allows it, else an error row). Both direct ops read the scales as the dispatcher
+does.
+
+Prediction (H200; session 30's breakdown put XLA's finish pass at 1.2-1.7 us): decode_fin
+~1.2 us under decode_slabs at 4096x4096 M=1 (7.8 -> ~6.6 us: 1.63x -> ~1.9x bf16), 1-1.7 us
+under it elsewhere; NVFP4 W4A16 the same microseconds off a smaller time.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+
+from jqlin import bench
+from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
+from jqlin.kernels.pallas_fp8 import _weight_scale
+from pallas_kernels.fp8_a16_decode_mgpu import fp8_a16_decode_mgpu
+from pallas_kernels.group_a16_decode_mgpu import group_a16_decode_mgpu
+
+GROUP_FMT = {"nvfp4_a16": "nvfp4", "mxfp4_a16": "mxfp4", "mxfp8_a16": "mxfp8"}
+KERNEL = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4", "mxfp8_a16": "pallas_mxfp8"}
+
+
+def finish_op(fmt: str, finish: bool) -> bench.Op:
+    """The format's decode kernel at its launch rule, its finish in the kernel or by XLA."""
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        if fmt in GROUP_FMT:
+            g = GROUP_FMT[fmt]
+            col, post = nvfp4_post_scale(qw, qw.spec) if g == "nvfp4" else (None, "none")
+            return group_a16_decode_mgpu(g, x, qw.data, qw.scale, col, post=post,
+                                         in_kernel_finish=finish, interpret=interpret)
+        scale, kind = _weight_scale(qw, qw.spec)  # (the dispatcher's reading of the scales)
+        return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind,
+                                   in_kernel_finish=finish, interpret=interpret)
+    return bench.Op("decode_fin" if finish else "decode_slabs", fmt, "default", fn)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="")
+    p.add_argument("--shapes", default="4096x4096,8192x8192,8192x10240,4096x28672",
+                   help="KxN list or model names or 'all' (jqlin.bench.parse_shapes)")
+    p.add_argument("--m", default="1,16")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--formats", default="fp8_per_channel_a16,fp8_block_a16,nvfp4_a16")
+    args = p.parse_args(argv)
+    cpu = jax.default_backend() == "cpu"
+    shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
+    ops = [bench.bf16_op()]
+    for fmt in args.formats.split(","):
+        ops.append(bench.kernel_op(KERNEL.get(fmt, "pallas_fp8_w8a16"), fmt))
+        # (the interpreter has no clusters: XLA's finish only)
+        ops += [finish_op(fmt, False)] + ([] if cpu else [finish_op(fmt, True)])
+    bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
+                         out=args.out, smoke=cpu)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
