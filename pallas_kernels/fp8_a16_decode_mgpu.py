@@ -56,7 +56,7 @@ from .mgpu_common import (BLOCK, WG_ROWS, finish_rows, interpret_params, store_p
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
-           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "MAX_CLUSTER"]
+           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "finish_note", "MAX_CLUSTER"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -110,6 +110,17 @@ def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
     return (not interpret and not deterministic and current_k_shards() is None
             and jnp.dtype(out_dtype).itemsize == 2 and splits <= MAX_CLUSTER
             and (m <= 8 or m % 8 == 0))
+
+
+def finish_note(m: int, splits: int, out_dtype, *, deterministic: bool,
+                interpret: bool) -> str:
+    """explain()'s words for who adds a launch's K ranges and rounds its output."""
+    if finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
+                          interpret=interpret):
+        ranges = (f"its {splits} K ranges one cluster, range 0 adding the others' totals"
+                  if splits > 1 else "one K range")
+        return f", finished in the kernel ({ranges}, y written by the CTAs)"
+    return ", ranges added by XLA" if splits > 1 else ""
 
 
 def decode_fits(m: int, n: int, k: int) -> bool:

@@ -273,6 +273,7 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
 def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic) -> dict:
     wk = spec.weight
     if path == "decode":
+        from pallas_kernels.fp8_a16_decode_mgpu import finish_note
         from pallas_kernels.group_a16_decode_mgpu import group_decode_params
         splits, stages, load = group_decode_params(fmt, n, k)
         order = ""
@@ -282,10 +283,12 @@ def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic) -> dict
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts"
                      f"{f' ({held} a range)' if held > 1 else ''}, each K-block's chain from "
                      f"zero, added in K order by {groups} group(s)")
+        finished = finish_note(m, splits, jnp.bfloat16, deterministic=deterministic,
+                               interpret=jax.default_backend() == "cpu")
         return {"path": f"decode (Mosaic GPU plain-pipeline swap-AB kernel, 64-row weight tiles,"
                         f" several CTAs an SM, codes decoded in registers ({load}), "
                         f"splits={splits}, stages={stages}"
-                        f"{', ranges added by XLA' if splits > 1 else ''}{order})",
+                        f"{finished}{order})",
                 "splits": splits, "stages": stages, "load": load}
     if path == "mgpu":
         from pallas_kernels.group_a16_mgpu import group_launch_params

@@ -36,7 +36,8 @@ import jax.numpy as jnp
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
 from pallas_kernels.act_quant import e4m3_codes, e4m3_group_codes, serves
-from pallas_kernels.fp8_a16_decode_mgpu import decode_params, det_launch, det_order
+from pallas_kernels.fp8_a16_decode_mgpu import (decode_params, det_launch, det_order,
+                                                finish_note)
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
@@ -202,8 +203,9 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     """The tile config `kernel` runs with for an (m, K) x of x_dtype (for benchmark records)
     and, for the W8A8 kernels, who computes the activation codes (codes_path)."""
     if kernel == W8A16.name and (count := part_count(x_dtype, native=_A16_NATIVE)) > 1:
-        return {**describe_parts(count, x_dtype),
-                **_describe_path(kernel, count * m, qw, spec, jnp.bfloat16, deterministic)}
+        return {**describe_parts(count, x_dtype),  # (the parts' products in float32)
+                **_describe_path(kernel, count * m, qw, spec, jnp.bfloat16, deterministic,
+                                 out_dtype=jnp.float32)}
     out = _describe_path(kernel, m, qw, spec, x_dtype, deterministic)
     if kernel != W8A16.name:
         out["activation_codes"] = {
@@ -215,7 +217,7 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
 
 
 def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_dtype,
-                   deterministic: bool) -> dict:
+                   deterministic: bool, out_dtype=None) -> dict:
     n, k = qw.storage_shape
     w_kind = _W_KIND[spec.weight.granularity]  # not _weight_scale: qw may be abstract
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
@@ -238,9 +240,11 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts, each K-block's "
                      f"chain from zero, added in K order by {groups} group(s)")
         blocks = ", each K-block's chain times its 128x128 block scale" if w_kind == "block" else ""
+        finished = finish_note(m, splits, out_dtype or x_dtype, deterministic=deterministic,
+                               interpret=interpret)
         return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
                         f"tiles, several CTAs an SM, splits={splits}, stages={stages}"
-                        f"{', ranges added by XLA' if splits > 1 else ''}{blocks}{order})"}
+                        f"{finished}{blocks}{order})"}
     if path == "mgpu":
         weight_only = kernel == W8A16.name
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
