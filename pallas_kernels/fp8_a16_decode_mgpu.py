@@ -56,7 +56,8 @@ from .mgpu_common import (BLOCK, WG_ROWS, finish_rows, interpret_params, store_p
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
-           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "finish_note", "MAX_CLUSTER"]
+           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish", "finish_note",
+           "MAX_CLUSTER", "FINISH_IN_KERNEL_BY_DEFAULT"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -76,6 +77,10 @@ MAX_STAGES = 4
 # The in-kernel finish groups a weight tile's K ranges into one cluster: Hopper's portable
 # cluster size bounds the ranges it takes
 MAX_CLUSTER = 8
+# Whether in_kernel_finish=None takes the in-kernel finish where it can run. Off until its GPU
+# tests (test_gpu_in_kernel_finish_is_xlas_finish_bitwise) and its A/B
+# (probe_decode_finish.py) have run: written in session 42 without a device.
+FINISH_IN_KERNEL_BY_DEFAULT = False
 # st.async's sender arrives at the receiving barrier once a thread of its warpgroup
 WARPGROUP_THREADS = 128
 
@@ -112,11 +117,27 @@ def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
             and (m <= 8 or m % 8 == 0))
 
 
+def takes_kernel_finish(kernel: str, m: int, splits: int, out_dtype, *, deterministic: bool,
+                        interpret: bool, asked: bool | None) -> bool:
+    """Whether a launch finishes in the kernel: `asked` (a kernel's in_kernel_finish) True
+    requires it (an error naming `kernel` where finishes_in_kernel refuses), False refuses it,
+    None takes it where it can run if FINISH_IN_KERNEL_BY_DEFAULT."""
+    can = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
+                             interpret=interpret)
+    if asked and not can:
+        raise ValueError(f"{kernel}: in_kernel_finish=True needs a GPU launch in default mode "
+                         f"outside k_shards, a 16-bit output, at most {MAX_CLUSTER} K ranges "
+                         f"and M <= 8 or a multiple of 8; got M={m}, splits={splits}, "
+                         f"out_dtype={jnp.dtype(out_dtype)}, deterministic={deterministic}, "
+                         f"interpret={interpret}")
+    return can and (FINISH_IN_KERNEL_BY_DEFAULT if asked is None else asked)
+
+
 def finish_note(m: int, splits: int, out_dtype, *, deterministic: bool,
                 interpret: bool) -> str:
-    """explain()'s words for who adds a launch's K ranges and rounds its output."""
-    if finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
-                          interpret=interpret):
+    """explain()'s words for who adds a default launch's K ranges and rounds its output."""
+    if takes_kernel_finish("", m, splits, out_dtype, deterministic=deterministic,
+                           interpret=interpret, asked=None):
         ranges = (f"its {splits} K ranges one cluster, range 0 adding the others' totals"
                   if splits > 1 else "one K range")
         return f", finished in the kernel ({ranges}, y written by the CTAs)"
@@ -207,8 +228,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     mode): how many of the parts a K range (a CTA) holds, each part's total its own slab
     (None: one; the same bits whatever it is).
     in_kernel_finish: the ranges' sum, the scale and the rounding in the kernel (KernelFinish;
-    the same bits as XLA's finish of the slabs) -- None: where finishes_in_kernel says, False:
-    never (the slabs and XLA's pass), True: required (an error where it cannot)."""
+    the same bits as XLA's finish of the slabs) -- None: takes_kernel_finish's default, False:
+    never (the slabs and XLA's pass), True: required (an error where it cannot run)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -247,15 +268,9 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     elif deterministic:  # whole-K scales, applied per K-block as the Mosaic kernel does
         per_block = jnp.broadcast_to(w_scale.reshape(-1), (n,))
     finish = None
-    can_finish = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
-                                    interpret=interpret)
-    if in_kernel_finish and not can_finish:
-        raise ValueError(f"fp8_a16_decode_mgpu: in_kernel_finish=True needs a GPU launch in "
-                         f"default mode outside k_shards, a 16-bit output, at most "
-                         f"{MAX_CLUSTER} K ranges and M <= 8 or a multiple of 8; got M={m}, "
-                         f"splits={splits}, out_dtype={out_dtype}, deterministic="
-                         f"{deterministic}, interpret={interpret}")
-    if can_finish and in_kernel_finish is not False:
+    if takes_kernel_finish("fp8_a16_decode_mgpu", m, splits, out_dtype,
+                           deterministic=deterministic, interpret=interpret,
+                           asked=in_kernel_finish):
         finish = KernelFinish(out_dtype, m, None if per_block is not None else
                               w_scale.reshape(-1))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,

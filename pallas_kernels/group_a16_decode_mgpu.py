@@ -41,8 +41,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .fp8_a16_decode_mgpu import (DECODE_MAX_M, MAX_CLUSTER, KernelFinish, det_launch, det_order,
-                                  finishes_in_kernel, least_range_parts, plain_slabs)
+from .fp8_a16_decode_mgpu import (DECODE_MAX_M, KernelFinish, det_launch, det_order,
+                                  least_range_parts, plain_slabs, takes_kernel_finish)
 from .fp8_heuristics import num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
@@ -149,8 +149,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
     dispatcher takes it up to 16 rows (fp4_matmul.mgpu_path). range_parts (deterministic
     mode): how many parts a K range holds (None: det_range_parts'; the same bits whatever it
     is). in_kernel_finish: the ranges' sum, the RowFinish (or MX's factor) and the rounding in
-    the kernel (fp8_a16_decode_mgpu.KernelFinish: the same bits as XLA's finish) -- None: where
-    finishes_in_kernel says, False: never, True: required."""
+    the kernel (fp8_a16_decode_mgpu.KernelFinish: the same bits as XLA's finish) -- None:
+    takes_kernel_finish's default, False: never, True: required."""
     check_operands(fmt, x, w, w_scale, col_scale, post)
     f = FORMATS[fmt]
     m, k = x.shape
@@ -194,20 +194,15 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
 
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
-    in_kernel = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
-                                   interpret=interpret)
-    if in_kernel_finish and not in_kernel:
-        raise ValueError(f"group_a16_decode_mgpu: in_kernel_finish=True needs a GPU launch in "
-                         f"default mode outside k_shards, a 16-bit output, at most "
-                         f"{MAX_CLUSTER} K ranges and M <= 8 or a multiple of 8; got M={m}, "
-                         f"splits={splits}, out_dtype={out_dtype}, deterministic="
-                         f"{deterministic}, interpret={interpret}")
+    in_kernel = takes_kernel_finish("group_a16_decode_mgpu", m, splits, out_dtype,
+                                    deterministic=deterministic, interpret=interpret,
+                                    asked=in_kernel_finish)
     y = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                     stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
                     chains="block" if deterministic else "range",
                     range_parts=range_parts or 1,
                     finish=KernelFinish(out_dtype, m, *(finish or (None, f.post_factor, "mul")))
-                    if in_kernel and in_kernel_finish is not False else None)
+                    if in_kernel else None)
     if y.ndim == 2:  # (finished in the kernel)
         return y
     # parts (inside k_shards every device's) in K order, by groups

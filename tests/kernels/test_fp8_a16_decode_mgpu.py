@@ -1,7 +1,7 @@
 """The plain-pipeline W8A16 decode kernel (pallas_kernels.fp8_a16_decode_mgpu): in Mosaic GPU's
 interpreter (outputs start as NaN) within the float64 bound at M=1..16 with one K range or
 several added by XLA, for per-channel, per-tensor and (session 28, path='decode' only) 128x128
-block scales; it lowers for CUDA on CPU (M = 1 and 16 through session 42's in-kernel finish);
+block scales; it lowers for CUDA on CPU (with session 42's in-kernel finish too);
 its launch rule and its argument checks; on the GPU (marked) the same at real sizes, and the
 in-kernel finish bitwise XLA's finish of the slabs."""
 
@@ -14,10 +14,11 @@ import pytest
 
 from float64_bound import assert_within_bound
 from jqlin import bench
-from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN, MAX_CLUSTER,
+from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN,
+                                                FINISH_IN_KERNEL_BY_DEFAULT, MAX_CLUSTER,
                                                 MAX_STAGES, RESIDENT_CTAS, _fill, decode_fits,
                                                 decode_params, finishes_in_kernel,
-                                                fp8_a16_decode_mgpu)
+                                                fp8_a16_decode_mgpu, takes_kernel_finish)
 from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
 
 # float32 sums of exact bf16 x bf16(e4m3) products (wgmma), one scale multiply
@@ -262,6 +263,28 @@ def test_finish_in_kernel_rule():
     assert not finishes_in_kernel(1, 4, jnp.float32, **ok)
     assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=True, interpret=False)
     assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=False, interpret=True)
+    # in_kernel_finish: True where it can run, False never, None the module's default
+    for asked, want in ((True, True), (False, False), (None, FINISH_IN_KERNEL_BY_DEFAULT)):
+        assert takes_kernel_finish("k", 1, 4, jnp.bfloat16, **ok, asked=asked) is want
+    assert takes_kernel_finish("k", 9, 4, jnp.bfloat16, **ok, asked=None) is False
+
+
+@pytest.mark.parametrize("m,splits,kind", [(1, 1, "channel"), (1, 4, "tensor"),
+                                           (16, 8, "block"), (8, 2, "channel")])
+def test_in_kernel_finish_lowers_for_cuda_on_cpu(m, splits, kind):
+    """The cluster launch (st.async to range 0, stmatrix .trans, TMA dropping y's rows past M)
+    through Mosaic GPU's lowering, as the GPU would run it: one custom call, no XLA finish."""
+    x = jnp.ones((m, 4096), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct({"channel": (4096, 1), "tensor": (1, 1), "block": (32, 32)}[kind],
+                              jnp.float32)
+    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, splits=splits,
+                                               in_kernel_finish=True))
+    lowered = f.trace(x, w, ws).lower(lowering_platforms=("cuda",))
+    assert lowered.out_info.shape == (m, 4096) and lowered.out_info.dtype == jnp.bfloat16
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call") == 1 and "mosaic_gpu" in text
+    assert "stablehlo.add" not in text and "stablehlo.transpose" not in text
 
 
 def test_in_kernel_finish_where_it_cannot_run_is_an_error(rng):

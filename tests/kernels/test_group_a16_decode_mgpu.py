@@ -387,6 +387,21 @@ def test_describe_config_names_the_deterministic_launch(rng, monkeypatch):
     assert "splits=4," in path and "K in 8 parts (2 a range)" in path, path
 
 
+@pytest.mark.parametrize("name,m,splits,load", [("nvfp4_a16", 1, 8, "bytes"),
+                                                 ("nvfp4_a16", 16, 2, "words"),
+                                                 ("mxfp4_a16", 8, 1, "bytes"),
+                                                 ("mxfp8_a16", 1, 4, "bytes")])
+def test_in_kernel_finish_lowers_for_cuda_on_cpu(rng, name, m, splits, load):
+    """The cluster launch with NVFP4's RowFinish / MX's factor applied by range 0, through Mosaic
+    GPU's lowering as the GPU would run it: one custom call, y (M, N) bf16 out."""
+    x, qw = _make(rng, name, m, 256, 4096)
+    f = jax.jit(lambda x: _run(x, qw, splits=splits, load=load, in_kernel_finish=True))
+    lowered = f.trace(x).lower(lowering_platforms=("cuda",))
+    assert lowered.out_info.shape == (m, 256) and lowered.out_info.dtype == jnp.bfloat16
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call") == 1 and "stablehlo.transpose" not in text
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,modelopt", [("nvfp4_a16", False), ("nvfp4_a16", True),
                                            ("mxfp4_a16", False), ("mxfp8_a16", False)])
