@@ -56,8 +56,8 @@ from .mgpu_common import (BLOCK, WG_ROWS, finish_rows, interpret_params, store_p
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
-           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish", "finish_note",
-           "MAX_CLUSTER", "FINISH_IN_KERNEL_BY_DEFAULT"]
+           "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
+           "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_BY_DEFAULT"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
