@@ -11,8 +11,9 @@
 #   activation rule on the FP8 block kernel: its GPU tests and time), group (session 40's
 #   e4m3_group_codes: GPU tests -- with session 41's bounded fbgemm_fp8 codes -- and its A/B),
 #   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
-#   (README rows), finish (session 42's in-kernel finish of the decode kernel: its GPU tests
-#   and its time beside XLA's finish); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
+#   (README rows), finish (session 42's in-kernel finish of the decode kernels: their GPU
+#   tests and its time beside XLA's finish); w8a8's tests include session 41's bounded
+#   per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
