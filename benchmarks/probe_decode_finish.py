@@ -52,11 +52,7 @@ def finish_op(fmt: str, finish: bool) -> bench.Op:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="")
-    p.add_argument("--shapes", default="4096x4096,8192x8192,8192x10240,4096x28672",
-                   help="KxN list or model names or 'all' (jqlin.bench.parse_shapes)")
-    p.add_argument("--m", default="1,16")
-    p.add_argument("--reps", type=int, default=3)
+    bench.add_decode_probe_args(p, m="1,16", reps=3)
     p.add_argument("--formats", default="fp8_per_channel_a16,fp8_block_a16,nvfp4_a16")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"

@@ -84,11 +84,7 @@ def mosaic_det_op(fmt: str) -> bench.Op:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="")
-    p.add_argument("--shapes", default="4096x4096,8192x8192,8192x10240,4096x28672",
-                   help="KxN list or model names or 'all' (jqlin.bench.parse_shapes)")
-    p.add_argument("--m", default="1")
-    p.add_argument("--reps", type=int, default=5)
+    bench.add_decode_probe_args(p, m="1", reps=5)
     p.add_argument("--format", default="fp8_per_channel_a16",
                    choices=["fp8_per_channel_a16", "fp8_per_tensor_a16", "fp8_block_a16"])
     p.add_argument("--grid", default="1,2,4,8:2,4", help="SPLITS:STAGES lists, or none")

@@ -578,6 +578,16 @@ def parse_launch_grid(spec: str) -> list[tuple[int, int]]:
     return [(sp, st) for sp in splits for st in stages]
 
 
+def add_decode_probe_args(p: argparse.ArgumentParser, *, m: str, reps: int) -> None:
+    """The options the decode probes share: --out, --shapes (four decode shapes by default),
+    --m, --reps."""
+    p.add_argument("--out", default="")
+    p.add_argument("--shapes", default="4096x4096,8192x8192,8192x10240,4096x28672",
+                   help="KxN list or model names or 'all' (jqlin.bench.parse_shapes)")
+    p.add_argument("--m", default=m)
+    p.add_argument("--reps", type=int, default=reps)
+
+
 def parse_shapes(spec: str) -> list[tuple[str, int, int]]:
     """'llama3-8b,deepseek-v3' or 'KxN,KxN' -> [(model, K, N)]."""
     out = []
