@@ -257,7 +257,8 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
                if dequant_pass_fits(n, k, elem="e2m1" if wk.is_fp4 else "e4m3",
                                     group=wk.group_size) else "one XLA pass")
     out = {**describe_parts(count, x_dtype, stacked=not listed),
-           **_describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic)}
+           **_describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic,
+                            out_dtype=F32 if count > 1 else BF16)}  # (parts: float32)
     if spec.activation is not None and wk.scale_dtype == "float8_e4m3fn":
         out["activation_operand"] = (
             "one Pallas pass (act_quant.nvfp4_operand, div.rn.f32)"
@@ -270,7 +271,7 @@ def describe_config(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x
     return out
 
 
-def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic) -> dict:
+def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic, out_dtype) -> dict:
     wk = spec.weight
     if path == "decode":
         from pallas_kernels.fp8_a16_decode_mgpu import finish_note
@@ -283,7 +284,7 @@ def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic) -> dict
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts"
                      f"{f' ({held} a range)' if held > 1 else ''}, each K-block's chain from "
                      f"zero, added in K order by {groups} group(s)")
-        finished = finish_note(m, splits, jnp.bfloat16, deterministic=deterministic,
+        finished = finish_note(m, splits, out_dtype, deterministic=deterministic,
                                interpret=jax.default_backend() == "cpu")
         return {"path": f"decode (Mosaic GPU plain-pipeline swap-AB kernel, 64-row weight tiles,"
                         f" several CTAs an SM, codes decoded in registers ({load}), "

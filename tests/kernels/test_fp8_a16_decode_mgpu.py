@@ -17,7 +17,7 @@ from jqlin import bench
 from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN,
                                                 FINISH_IN_KERNEL_BY_DEFAULT, MAX_CLUSTER,
                                                 MAX_STAGES, RESIDENT_CTAS, _fill, decode_fits,
-                                                decode_params, finishes_in_kernel,
+                                                decode_params, finish_note, finishes_in_kernel,
                                                 fp8_a16_decode_mgpu, takes_kernel_finish)
 from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
 
@@ -267,6 +267,17 @@ def test_finish_in_kernel_rule():
     for asked, want in ((True, True), (False, False), (None, FINISH_IN_KERNEL_BY_DEFAULT)):
         assert takes_kernel_finish("k", 1, 4, jnp.bfloat16, **ok, asked=asked) is want
     assert takes_kernel_finish("k", 9, 4, jnp.bfloat16, **ok, asked=None) is False
+
+
+def test_explain_says_who_finishes_a_decode_launch(monkeypatch):
+    """finish_note follows the default: the cluster where it is on and can run, else XLA."""
+    import pallas_kernels.fp8_a16_decode_mgpu as mod
+    ok = dict(deterministic=False, interpret=False)
+    for default in (False, True):
+        monkeypatch.setattr(mod, "FINISH_IN_KERNEL_BY_DEFAULT", default)
+        assert ("4 K ranges one cluster" in finish_note(1, 4, jnp.bfloat16, **ok)) is default
+        assert finish_note(1, 4, jnp.float32, **ok) == ", ranges added by XLA"  # float32 parts
+        assert finish_note(9, 1, jnp.bfloat16, **ok) == ""
 
 
 @pytest.mark.parametrize("m,splits,kind", [(1, 1, "channel"), (1, 4, "tensor"),
