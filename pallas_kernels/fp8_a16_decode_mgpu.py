@@ -371,10 +371,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                         plgpu.load(col_gmem.at[pl.ds(tile * WG_ROWS, WG_ROWS)],
                                    layout=plgpu.Layout.WGMMA.reduce(1), optimized=False),
                         total.shape, [0])
-            if c is not None:
-                total = finish_rows(total, c, finish.factor, finish.op)
-            elif finish.factor != 1:
-                total = total * finish.factor
+            total = finish_rows(total, c, finish.factor, finish.op)
             # (TMA drops the rows past y's M: x's zero rows)
             store_piece(total, y_smem,
                         out_gmem.at[pl.ds(0, block_m), pl.ds(tile * WG_ROWS, WG_ROWS)],

@@ -113,10 +113,13 @@ class RowFinish(NamedTuple):
         return finish_rows(yt, self.col[:, None], self.factor, self.op)
 
 
-def finish_rows(total: jax.Array, col: jax.Array, factor: float, op: str) -> jax.Array:
-    """RowFinish's arithmetic: total times factor, then times / divided by col (broadcast)."""
+def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str) -> jax.Array:
+    """RowFinish's arithmetic: total times factor, then times / divided by col (broadcast;
+    None: no column factor)."""
     if factor != 1:
         total = total * factor
+    if col is None:
+        return total
     return total / col if op == "div" else total * col
 
 
