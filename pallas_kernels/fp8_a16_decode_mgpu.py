@@ -81,8 +81,6 @@ MAX_CLUSTER = 8
 # tests (test_gpu_in_kernel_finish_is_xlas_finish_bitwise) and its A/B
 # (probe_decode_finish.py) have run: written in session 42 without a device.
 FINISH_IN_KERNEL_BY_DEFAULT = False
-# st.async's sender arrives at the receiving barrier once a thread of its warpgroup
-WARPGROUP_THREADS = 128
 
 
 class DecodeParams(NamedTuple):
@@ -514,10 +512,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             interpret=interpret_params(interpret))
         return call(*inputs)
     out_dtype = jnp.dtype(finish.out_dtype)
-    # kernel-level scratch: its barrier is initialized before the cluster's first sync
+    # kernel-level scratch: its barrier is initialized before the cluster's first sync. Its
+    # arrivals count warpgroups (warpgroup semantics: Mosaic's init multiplies by 128 threads,
+    # each sending thread's expect_tx arriving once): one per sending range. (Session 42 asked
+    # 128 per range; 128 x 128 never came and the launch hung on the H200, session 43.)
     received = [plgpu.SMEM((splits - 1, WG_ROWS, block_m), F32,
                            transforms=swizzled(F32, block_m)),
-                plgpu.Barrier(num_arrivals=WARPGROUP_THREADS * (splits - 1))] if splits > 1 else []
+                plgpu.Barrier(num_arrivals=splits - 1)] if splits > 1 else []
     call = plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((finish.rows, n), out_dtype),
         grid=(tiles,), grid_names=("tile",),
