@@ -6,15 +6,17 @@ its launch rule's K ranges.
     PYTHONPATH=. python3 benchmarks/probe_decode_finish.py --formats fp8_per_channel_a16,nvfp4_a16 \
         --shapes all --m 1,16 --out $OUT/finish.json
 
-Ops per format: `<fmt>:pallas_*` (the dispatcher: the in-kernel finish wherever
-finishes_in_kernel says), `decode_slabs` (in_kernel_finish=False: float32 slabs of y^T, XLA's
-sum / scale / transpose / rounding pass after) and `decode_fin` (in_kernel_finish=True where
+Ops per format: `<fmt>:pallas_*` (the dispatcher: the in-kernel finish where
+takes_kernel_finish's rule says), `decode_slabs` (in_kernel_finish=False: float32 slabs of
+y^T, XLA's sum / scale / transpose / rounding pass after) and `decode_fin` (in_kernel_finish=True where
 the launch allows it, else an error row). Both direct ops read the scales as the dispatcher
 does.
 
 Prediction (H200; session 30's breakdown put XLA's finish pass at 1.2-1.7 us): decode_fin
 ~1.2 us under decode_slabs at 4096x4096 M=1 (7.8 -> ~6.6 us: 1.63x -> ~1.9x bf16), 1-1.7 us
 under it elsewhere; NVFP4 W4A16 the same microseconds off a smaller time.
+Measured (H100, session 43, h100_decode_finish_s43.json): FP8 1.0-2.2 us under at N >= 8192,
+0.3-0.5 us over at N = 4096; NVFP4 0.9-6.6 us over everywhere -- hence FINISH_IN_KERNEL_MIN_N.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from .mgpu_common import (BLOCK, WG_ROWS, finish_rows, interpret_params, store_p
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
            "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
-           "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_BY_DEFAULT"]
+           "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -77,10 +77,13 @@ MAX_STAGES = 4
 # The in-kernel finish groups a weight tile's K ranges into one cluster: Hopper's portable
 # cluster size bounds the ranges it takes
 MAX_CLUSTER = 8
-# Whether in_kernel_finish=None takes the in-kernel finish where it can run. Off until its GPU
-# tests (test_gpu_in_kernel_finish_is_xlas_finish_bitwise) and its A/B
-# (probe_decode_finish.py) have run: written in session 42 without a device.
-FINISH_IN_KERNEL_BY_DEFAULT = False
+# Where in_kernel_finish=None takes the in-kernel finish: a kernel's least N (absent: never).
+# H100, session 43 (probe_decode_finish.py, M = 1 / 16, bitwise XLA's finish in the GPU tests):
+# the FP8 kernel's cluster finish took 1.0-2.2 us off the slabs + XLA's pass at N >= 8192
+# (8192x8192, 8192x10240, 4096x28672) and added 0.3-0.5 us at N = 4096 (4096x4096,
+# 14336x4096), where a cluster's ranges wait on its slowest; the 4-bit / MX kernel's added
+# 0.9-6.6 us on all five shapes, so it finishes in the kernel only when asked.
+FINISH_IN_KERNEL_MIN_N = {"fp8_a16_decode_mgpu": 8192}
 
 
 class DecodeParams(NamedTuple):
@@ -115,11 +118,12 @@ def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
             and (m <= 8 or m % 8 == 0))
 
 
-def takes_kernel_finish(kernel: str, m: int, splits: int, out_dtype, *, deterministic: bool,
-                        interpret: bool, asked: bool | None) -> bool:
-    """Whether a launch finishes in the kernel: `asked` (a kernel's in_kernel_finish) True
-    requires it (an error naming `kernel` where finishes_in_kernel refuses), False refuses it,
-    None takes it where it can run if FINISH_IN_KERNEL_BY_DEFAULT."""
+def takes_kernel_finish(kernel: str, m: int, n: int, splits: int, out_dtype, *,
+                        deterministic: bool, interpret: bool, asked: bool | None) -> bool:
+    """Whether `kernel`'s launch (y (M, N)) finishes in the kernel: `asked` (its
+    in_kernel_finish) True requires it (an error naming `kernel` where finishes_in_kernel
+    refuses), False refuses it, None takes it where it can run and N reaches the kernel's
+    FINISH_IN_KERNEL_MIN_N."""
     can = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
                              interpret=interpret)
     if asked and not can:
@@ -128,13 +132,16 @@ def takes_kernel_finish(kernel: str, m: int, splits: int, out_dtype, *, determin
                          f"and M <= 8 or a multiple of 8; got M={m}, splits={splits}, "
                          f"out_dtype={jnp.dtype(out_dtype)}, deterministic={deterministic}, "
                          f"interpret={interpret}")
-    return can and (FINISH_IN_KERNEL_BY_DEFAULT if asked is None else asked)
+    if asked is None:
+        return can and n >= FINISH_IN_KERNEL_MIN_N.get(kernel, math.inf)
+    return can and asked
 
 
-def finish_note(m: int, splits: int, out_dtype, *, deterministic: bool,
+def finish_note(kernel: str, m: int, n: int, splits: int, out_dtype, *, deterministic: bool,
                 interpret: bool) -> str:
-    """explain()'s words for who adds a default launch's K ranges and rounds its output."""
-    if takes_kernel_finish("", m, splits, out_dtype, deterministic=deterministic,
+    """explain()'s words for who adds `kernel`'s default launch's K ranges and rounds its
+    output."""
+    if takes_kernel_finish(kernel, m, n, splits, out_dtype, deterministic=deterministic,
                            interpret=interpret, asked=None):
         ranges = (f"its {splits} K ranges one cluster, range 0 adding the others' totals"
                   if splits > 1 else "one K range")
@@ -266,7 +273,7 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     elif deterministic:  # whole-K scales, applied per K-block as the Mosaic kernel does
         per_block = jnp.broadcast_to(w_scale.reshape(-1), (n,))
     finish = None
-    if takes_kernel_finish("fp8_a16_decode_mgpu", m, splits, out_dtype,
+    if takes_kernel_finish("fp8_a16_decode_mgpu", m, n, splits, out_dtype,
                            deterministic=deterministic, interpret=interpret,
                            asked=in_kernel_finish):
         finish = KernelFinish(out_dtype, m, None if per_block is not None else

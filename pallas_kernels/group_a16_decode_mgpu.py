@@ -194,7 +194,7 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
 
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
-    in_kernel = takes_kernel_finish("group_a16_decode_mgpu", m, splits, out_dtype,
+    in_kernel = takes_kernel_finish("group_a16_decode_mgpu", m, n, splits, out_dtype,
                                     deterministic=deterministic, interpret=interpret,
                                     asked=in_kernel_finish)
     y = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,

@@ -284,7 +284,8 @@ def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic, out_dty
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts"
                      f"{f' ({held} a range)' if held > 1 else ''}, each K-block's chain from "
                      f"zero, added in K order by {groups} group(s)")
-        finished = finish_note(m, splits, out_dtype, deterministic=deterministic,
+        finished = finish_note("group_a16_decode_mgpu", m, n, splits, out_dtype,
+                               deterministic=deterministic,
                                interpret=jax.default_backend() == "cpu")
         return {"path": f"decode (Mosaic GPU plain-pipeline swap-AB kernel, 64-row weight tiles,"
                         f" several CTAs an SM, codes decoded in registers ({load}), "

@@ -240,8 +240,8 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts, each K-block's "
                      f"chain from zero, added in K order by {groups} group(s)")
         blocks = ", each K-block's chain times its 128x128 block scale" if w_kind == "block" else ""
-        finished = finish_note(m, splits, out_dtype or x_dtype, deterministic=deterministic,
-                               interpret=interpret)
+        finished = finish_note("fp8_a16_decode_mgpu", m, n, splits, out_dtype or x_dtype,
+                               deterministic=deterministic, interpret=interpret)
         return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
                         f"tiles, several CTAs an SM, splits={splits}, stages={stages}"
                         f"{finished}{blocks}{order})"}
