@@ -12,7 +12,9 @@
 #   e4m3_group_codes: GPU tests -- with session 41's bounded fbgemm_fp8 codes -- and its A/B),
 #   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
 #   (README rows), finish (session 42's in-kernel finish of the decode kernels: their GPU
-#   tests and its time beside XLA's finish); w8a8's tests include session 41's bounded
+#   tests and its time beside XLA's finish), finrows (session 43's FP8 finish default from
+#   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200 only);
+#   w8a8's tests include session 41's bounded
 #   per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
@@ -158,3 +160,15 @@ if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the decod
   echo "probe finish rc=$?"; grep -vE "Warn|warn" "$OUT/finish.log" | tail -90 | cut -c1-110
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
+  timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+    -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
+    -k "in_kernel_finish or matches_float64" > "$OUT/pytest_finrows.log" 2>&1
+  echo "pytest finrows rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finrows.log"
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    timeout "${T_ROWS:-240}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
+      --modes default --formats fp8_per_tensor_a16,fp8_per_channel_a16,fp8_block_a16 \
+      --shapes all --m 1,16 --out "$OUT/rows_fp8a16" > "$OUT/rows_fp8a16.log" 2>&1
+    echo "rows fp8a16 rc=$?"; tail -3 "$OUT/rows_fp8a16.log" | cut -c1-200
+  else echo "finrows: README rows need an H200"; fi
+fi
