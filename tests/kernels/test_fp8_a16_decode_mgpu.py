@@ -291,6 +291,49 @@ def test_explain_says_who_finishes_a_decode_launch(monkeypatch):
     assert "one K range" in finish_note("group_a16_decode_mgpu", 16, 64, 1, jnp.bfloat16, **ok)
 
 
+@pytest.mark.parametrize("m,splits,kind", [(1, 1, "channel"), (1, 4, "tensor"),
+                                           (16, 8, "block"), (8, 2, "channel")])
+def test_in_kernel_finish_lowers_for_cuda_on_cpu(m, splits, kind):
+    """The cluster launch (st.async to range 0, stmatrix .trans, TMA dropping y's rows past M)
+    through Mosaic GPU's lowering, as the GPU would run it: one custom call, no XLA finish."""
+    x = jnp.ones((m, 4096), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct({"channel": (4096, 1), "tensor": (1, 1), "block": (32, 32)}[kind],
+                              jnp.float32)
+    f = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, splits=splits,
+                                               in_kernel_finish=True))
+    lowered = f.trace(x, w, ws).lower(lowering_platforms=("cuda",))
+    assert lowered.out_info.shape == (m, 4096) and lowered.out_info.dtype == jnp.bfloat16
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call") == 1 and "mosaic_gpu" in text
+    assert "stablehlo.add" not in text and "stablehlo.transpose" not in text
+
+
+@pytest.mark.parametrize("splits", [4, 6, 8])
+def test_in_kernel_finish_waits_for_the_arrivals_its_senders_make(monkeypatch, splits):
+    """Range 0's receive barrier completes on one arrival per thread of each sending range
+    (st.async's expect_tx: the 128 threads of splits - 1 warpgroups). Session 42 asked
+    128 x (splits - 1) warpgroup arrivals -- Mosaic's warpgroup semantics counts a Barrier's
+    arrivals in warpgroups -- and every cluster launch hung on the H200 (session 43). Read from
+    Mosaic GPU's lowering of the barrier inits, on CPU."""
+    from jax.experimental.mosaic.gpu import dialect_lowering
+    name = "mosaic_gpu.initialize_barrier"
+    rule, threads = dialect_lowering._lowerings[name], []
+
+    def recording(ctx, op):
+        threads.append(op.arrival_count.value * (1 if op.orders_tensor_core.value else 128))
+        return rule(ctx, op)
+    monkeypatch.setitem(dialect_lowering._lowerings, name, recording)
+    x = jnp.ones((1, 128 * 8 * splits), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((256, x.shape[1]), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((256, 1), jnp.float32)
+    jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind="channel", splits=splits,
+                                           in_kernel_finish=True)).trace(x, w, ws).lower(
+        lowering_platforms=("cuda",))
+    # (the pipeline's stage barriers: a warpgroup's arrival per operand, w and x)
+    assert sorted(threads) == [256, 128 * (splits - 1)], threads
+
+
 def test_in_kernel_finish_where_it_cannot_run_is_an_error(rng):
     x, w, ws = _operands(rng, 1, 256, 512, jnp.bfloat16, "channel")
     with pytest.raises(ValueError, match="in_kernel_finish=True needs a GPU launch"):
