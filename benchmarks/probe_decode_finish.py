@@ -8,9 +8,9 @@ its launch rule's K ranges.
 
 Ops per format: `<fmt>:pallas_*` (the dispatcher: the in-kernel finish where
 takes_kernel_finish's rule says), `decode_slabs` (in_kernel_finish=False: float32 slabs of
-y^T, XLA's sum / scale / transpose / rounding pass after) and `decode_fin` (in_kernel_finish=True where
-the launch allows it, else an error row). Both direct ops read the scales as the dispatcher
-does.
+y^T, XLA's sum / scale / transpose / rounding pass after) and `decode_fin`
+(in_kernel_finish=True where the launch allows it, else an error row). Both direct ops read
+the scales as the dispatcher does.
 
 Prediction (H200; session 30's breakdown put XLA's finish pass at 1.2-1.7 us): decode_fin
 ~1.2 us under decode_slabs at 4096x4096 M=1 (7.8 -> ~6.6 us: 1.63x -> ~1.9x bf16), 1-1.7 us

@@ -13,9 +13,8 @@
 #   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
 #   (README rows), finish (session 42's in-kernel finish of the decode kernels: their GPU
 #   tests and its time beside XLA's finish), finrows (session 43's FP8 finish default from
-#   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200 only);
-#   w8a8's tests include session 41's bounded
-#   per-token spec (fp8_ptpc_bounded);
+#   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200
+#   only); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
@@ -159,7 +158,6 @@ if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the decod
     --shapes "${FIN_SHAPES:-all}" --m 1,16 --out "$OUT/finish.json" > "$OUT/finish.log" 2>&1
   echo "probe finish rc=$?"; grep -vE "Warn|warn" "$OUT/finish.log" | tail -90 | cut -c1-110
 fi
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
     -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
@@ -172,3 +170,4 @@ if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finis
     echo "rows fp8a16 rc=$?"; tail -3 "$OUT/rows_fp8a16.log" | cut -c1-200
   else echo "finrows: README rows need an H200"; fi
 fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader

@@ -51,8 +51,8 @@ from .common import current_k_shards, device_ranges
 from .fp8_block_a16_mgpu import det_groups
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits
-from .mgpu_common import (BLOCK, WG_ROWS, finish_rows, interpret_params, store_piece, swizzled,
-                          zero_total)
+from .mgpu_common import (BLOCK, WG_ROWS, RowFinish, finish_rows, interpret_params, store_piece,
+                          swizzled, zero_total)
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
@@ -95,15 +95,12 @@ class KernelFinish(NamedTuple):
     """plain_slabs' in-kernel finish: the launch writes y (rows, N) in out_dtype itself instead
     of float32 slabs of y^T. A weight tile's K ranges form one cluster; the other ranges send
     their float32 totals to range 0's shared memory (st.async), which adds them in K order,
-    applies finish_rows (times `factor`, then times / divided by `col`) and rounds -- the
-    operations XLA's finish runs on the slabs (sum_splits' left fold, then the same
-    finish_rows), so the same bits, without the slabs' round trip and XLA's pass (H200,
-    session 30: 1.2-1.7 us of a 6-24 us decode)."""
+    applies `row` and rounds -- the operations XLA's finish runs on the slabs (sum_splits'
+    left fold, then row.xla), so the same bits, without the slabs' round trip and XLA's pass
+    (H200, session 30: 1.2-1.7 us of a 6-24 us decode)."""
     out_dtype: jnp.dtype  # 16-bit: the transposed store is stmatrix .trans
     rows: int  # M
-    col: jax.Array | None  # float32 (N,) per weight row or (1,) per tensor; None: none
-    factor: float = 1.0
-    op: str = "mul"  # "mul" | "div" (by col)
+    row: RowFinish
 
 
 def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
@@ -276,8 +273,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     if takes_kernel_finish("fp8_a16_decode_mgpu", m, n, splits, out_dtype,
                            deterministic=deterministic, interpret=interpret,
                            asked=in_kernel_finish):
-        finish = KernelFinish(out_dtype, m, None if per_block is not None else
-                              w_scale.reshape(-1))
+        finish = KernelFinish(out_dtype, m, RowFinish(
+            None if per_block is not None else w_scale.reshape(-1), 1.0, "mul"))
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
                     chains="range" if per_block is None else "block", chain_scales=per_block,
@@ -329,7 +326,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"into equal parts of whole K-blocks ('block' chains), got "
                          f"{range_parts} for K={k}")
     if finish is not None and (range_parts != 1 or splits > MAX_CLUSTER or finish.rows != m
-                               or finish.op not in ("mul", "div")
+                               or finish.row.op not in ("mul", "div")
                                or jnp.dtype(finish.out_dtype).itemsize != 2
                                or not (m <= 8 or m % 8 == 0)):
         raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, at most "
@@ -347,11 +344,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
 
     piped = 2 + (scales is not None)  # operands the pipeline streams
     inputs = [a for a in (w, x, scales, cs) if a is not None]
-    col = None if finish is None else finish.col
+    col = None if finish is None else finish.row.col
     if col is not None:
         inputs.append(col)
         if col.dtype != jnp.dtype(F32) or col.shape not in ((n,), (1,)):
-            raise ValueError(f"plain_slabs: finish.col must be float32 ({n},) or (1,), got "
+            raise ValueError(f"plain_slabs: finish.row.col must be float32 ({n},) or (1,), got "
                              f"{col.dtype}{tuple(col.shape)}")
 
     def body(*refs):
@@ -376,7 +373,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                         plgpu.load(col_gmem.at[pl.ds(tile * WG_ROWS, WG_ROWS)],
                                    layout=plgpu.Layout.WGMMA.reduce(1), optimized=False),
                         total.shape, [0])
-            total = finish_rows(total, c, finish.factor, finish.op)
+            total = finish_rows(total, c, finish.row.factor, finish.row.op)
             # (TMA drops the rows past y's M: x's zero rows)
             store_piece(total, y_smem,
                         out_gmem.at[pl.ds(0, block_m), pl.ds(tile * WG_ROWS, WG_ROWS)],

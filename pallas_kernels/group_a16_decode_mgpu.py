@@ -193,7 +193,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
         return decode(w_ref[...].astype(F32).astype(x.dtype), s_ref, f)  # e4m3: exact first
 
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    finish = RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else None
+    finish = (RowFinish(col_scale.astype(F32), f.post_factor, post) if fmt == "nvfp4" else
+              RowFinish(None, f.post_factor, "mul"))  # (MX: the factor alone)
     in_kernel = takes_kernel_finish("group_a16_decode_mgpu", m, n, splits, out_dtype,
                                     deterministic=deterministic, interpret=interpret,
                                     asked=in_kernel_finish)
@@ -201,11 +202,10 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                     stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
                     chains="block" if deterministic else "range",
                     range_parts=range_parts or 1,
-                    finish=KernelFinish(out_dtype, m, *(finish or (None, f.post_factor, "mul")))
-                    if in_kernel else None)
+                    finish=KernelFinish(out_dtype, m, finish) if in_kernel else None)
     if y.ndim == 2:  # (finished in the kernel)
         return y
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
-    total = total * f.post_factor if finish is None else finish.xla(total)
+    total = finish.xla(total)
     return total[:, :m].T.astype(out_dtype)

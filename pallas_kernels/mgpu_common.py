@@ -101,16 +101,19 @@ def zero_total(shape) -> jax.Array:
 class RowFinish(NamedTuple):
     """What a swap-AB kernel's float32 sums (rows: weight rows, i.e. output columns) go through
     before their rounding: times `factor`, then times (op "mul") or divided by ("div") `col`,
-    one float32 value per weight row (NVFP4's decode factor and global scale). Applied by the
+    one float32 value per weight row (NVFP4's decode factor and global scale; FP8's channel
+    scales), one for every row ((1,): a tensor scale) or none (None: the factor alone, MX's).
+    Applied by the
     kernel where its CTAs round their own output, else by XLA after the sums -- the same float32
     operations in the same order, so the same bits."""
-    col: jax.Array  # (N,) float32 (the caller's cast: group_a16_mgpu)
+    col: jax.Array | None  # (N,) or (1,) float32 (the caller's cast: group_a16_mgpu), or None
     factor: float
     op: str  # "mul" | "div"
 
     def xla(self, yt: jax.Array) -> jax.Array:
         """On y^T (N, M), outside the kernel."""
-        return finish_rows(yt, self.col[:, None], self.factor, self.op)
+        return finish_rows(yt, None if self.col is None else self.col[:, None], self.factor,
+                           self.op)
 
 
 def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str) -> jax.Array:
