@@ -35,20 +35,22 @@ GROUP_FMT = {"nvfp4_a16": "nvfp4", "mxfp4_a16": "mxfp4", "mxfp8_a16": "mxfp8"}
 KERNEL = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4", "mxfp8_a16": "pallas_mxfp8"}
 
 
-def finish_op(fmt: str, finish: bool) -> bench.Op:
-    """The format's decode kernel at its launch rule, its finish in the kernel or by XLA."""
+def finish_op(fmt: str, finish: bool, splits: int | None = None) -> bench.Op:
+    """The format's decode kernel at its launch rule's K ranges (or `splits` of them), its finish
+    in the kernel or by XLA."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
         if fmt in GROUP_FMT:
             g = GROUP_FMT[fmt]
             col, post = nvfp4_post_scale(qw, qw.spec) if g == "nvfp4" else (None, "none")
-            return group_a16_decode_mgpu(g, x, qw.data, qw.scale, col, post=post,
+            return group_a16_decode_mgpu(g, x, qw.data, qw.scale, col, post=post, splits=splits,
                                          in_kernel_finish=finish, interpret=interpret)
         scale, kind = _weight_scale(qw, qw.spec)  # (the dispatcher's reading of the scales)
-        return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind,
+        return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, splits=splits,
                                    in_kernel_finish=finish, interpret=interpret)
-    return bench.Op("decode_fin" if finish else "decode_slabs", fmt, "default", fn)
+    name = ("decode_fin" if finish else "decode_slabs") + ("" if splits is None else f"@{splits}")
+    return bench.Op(name, fmt, "default", fn)
 
 
 def main(argv=None) -> int:
@@ -56,6 +58,9 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_decode_probe_args(p, m="1,16", reps=3)
     p.add_argument("--formats", default="fp8_per_channel_a16,fp8_block_a16,nvfp4_a16")
+    p.add_argument("--splits", default="",
+                   help="K-range counts to time besides the launch rule's (e.g. 1,2,4); a "
+                        "count a shape's K cannot take gives an error row")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
@@ -63,7 +68,8 @@ def main(argv=None) -> int:
     for fmt in args.formats.split(","):
         ops.append(bench.kernel_op(KERNEL.get(fmt, "pallas_fp8_w8a16"), fmt))
         # (the interpreter has no clusters: XLA's finish only)
-        ops += [finish_op(fmt, False)] + ([] if cpu else [finish_op(fmt, True)])
+        for splits in [None] + [int(v) for v in args.splits.split(",") if v]:
+            ops += [finish_op(fmt, False, splits)] + ([] if cpu else [finish_op(fmt, True, splits)])
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

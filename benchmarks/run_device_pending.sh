@@ -14,7 +14,10 @@
 #   (README rows), finish (session 42's in-kernel finish of the decode kernels: their GPU
 #   tests and its time beside XLA's finish), finrows (session 43's FP8 finish default from
 #   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200
-#   only); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
+#   only), divide (session 44: div_rn's GPU test, then the NVFP4 / finish / deterministic GPU
+#   tests of the group kernels and the Triton FP4 ones), splits (session 44: the FP8 decode at 1, 2, 4 K ranges, each with
+#   XLA's and the in-kernel finish, at N = 4096); w8a8's tests include session 41's bounded
+#   per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
@@ -169,5 +172,28 @@ if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finis
       --shapes all --m 1,16 --out "$OUT/rows_fp8a16" > "$OUT/rows_fp8a16.log" 2>&1
     echo "rows fp8a16 rc=$?"; tail -3 "$OUT/rows_fp8a16.log" | cut -c1-200
   else echo "finrows: README rows need an H200"; fi
+fi
+if [[ $STAGES == *divide* ]]; then  # session 44: the kernels' finishes divide as IEEE
+  timeout "${T_DIV:-90}" python3 -m pytest -q -s -p no:cacheprovider -m gpu \
+    tests/kernels/test_mgpu_divide.py > "$OUT/pytest_divide.log" 2>&1
+  echo "pytest divide rc=$?"; grep -E "not IEEE|[0-9]+ (passed|failed)" "$OUT/pytest_divide.log"
+  timeout "${T_DIV_FIN:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" \
+    --tb=short -p no:cacheprovider -m gpu tests/kernels/test_group_a16_decode_mgpu.py \
+    -k in_kernel_finish > "$OUT/pytest_div_finish.log" 2>&1
+  echo "pytest div finish rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
+    "$OUT/pytest_div_finish.log" | head -20
+  timeout "${T_DIV_GROUP:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+    --tb=short -p no:cacheprovider -m gpu tests/kernels/test_group_a16_decode_mgpu.py \
+    tests/kernels/test_group_a16_mgpu.py tests/kernels/test_pallas_fp4_gpu.py \
+    -k "${DIV_K:-(nvfp4 or deterministic) and not in_kernel_finish}" \
+    > "$OUT/pytest_group_div.log" 2>&1
+  echo "pytest group div rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_group_div.log"
+fi
+if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
+  timeout "${T_SPLITS:-150}" python3 benchmarks/probe_decode_finish.py \
+    --formats "${SPL_FORMATS:-fp8_per_channel_a16}" --splits "${SPL_SPLITS:-1,2,4}" \
+    --shapes "${SPL_SHAPES:-4096x4096,14336x4096}" --m 1,16 --out "$OUT/splits.json" \
+    > "$OUT/splits.log" 2>&1
+  echo "probe splits rc=$?"; grep -vE "Warn|warn" "$OUT/splits.log" | tail -40 | cut -c1-110
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader

@@ -6,7 +6,7 @@ launched in groups of tile rows, each warpgroup's rows stored through shared mem
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -14,12 +14,15 @@ from jax import lax
 from jax._src import dtypes  # itemsize_bits: the public dtype API has no sub-byte sizes
 from jax._src.pallas.mosaic_gpu import pipeline as _pipeline  # _register_budget's workaround
 from jax.experimental import pallas as pl
+from jax.experimental.mosaic import gpu as mgpu
 from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from . import exact
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
            "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
            "interpret_params", "mgpu_kernel", "COMPUTE_WGS", "RowFinish",
-           "finish_rows"]
+           "finish_rows", "div_rn"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup
@@ -116,14 +119,39 @@ class RowFinish(NamedTuple):
                            self.op)
 
 
-def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str) -> jax.Array:
+def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str, *,
+                divide: Callable[[jax.Array, jax.Array], jax.Array] = exact.div) -> jax.Array:
     """RowFinish's arithmetic: total times factor, then times / divided by col (broadcast;
-    None: no column factor)."""
+    None: no column factor). The division is IEEE's wherever it runs: exact.div in XLA (XLA's
+    own is not: div.full.f32 on the GPU, a reciprocal multiply where the divisor is a constant
+    or a broadcast), div_rn in a Mosaic GPU kernel -- so the kernel's finish and XLA's give
+    the same bits."""
     if factor != 1:
         total = total * factor
     if col is None:
         return total
-    return total / col if op == "div" else total * col
+    return divide(total, col) if op == "div" else total * col
+
+
+def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
+    """float32 a / b correctly rounded inside a Mosaic GPU kernel (b: a's shape, or one value
+    to broadcast): PTX div.rn.f32 spelled out on the GPU (a, b in Layout.WGMMA), not left to
+    Mosaic's `/`; the interpreter runs exact.div_corrected, whose integer correction does not
+    depend on how XLA computes its first guess (the interpreter's XLA would rewrite a division
+    by a broadcast as a reciprocal multiply)."""
+    if b.shape != a.shape:
+        b = lax.broadcast_in_dim(b, a.shape, tuple(range(a.ndim - b.ndim, a.ndim)))
+    if interpret:
+        return exact.div_corrected(a, b)
+    layout = plgpu.Layout.WGMMA
+    out = plgpu.ShapeDtypeStruct(a.shape, a.dtype, layout=layout)
+
+    @plgpu.inline_mgpu(arg_types=(layout, layout), return_type=out)
+    def div(ctx, num, den):
+        del ctx
+        return num._pointwise(mgpu.FragmentedArray._lift_fast_instr("div.rn.f32"), den)
+
+    return div(plgpu.layout_cast(a, layout), plgpu.layout_cast(b, layout))
 
 
 def store_wg_rows(total, *, out_smem, out_gmem, row_slice, col_slice,

@@ -323,13 +323,18 @@ def test_word_loads_lower_for_cuda_on_cpu(fmt, m, n, k):
                                                  (1, 24576, 7168, True)])
 def test_lowers_for_cuda_on_cpu(m, n, k, deterministic):
     """The GPU route (the inline PTX decode in registers) builds for CUDA on CPU, for the
-    dispatcher's decode launches (stream-K, ranges, deterministic parts)."""
+    dispatcher's decode launches (stream-K, ranges, deterministic parts); where a CTA finishes
+    its rows, "div" divides by PTX div.rn.f32 (mgpu_common.div_rn: IEEE, as exact.div in XLA's
+    finish), never by Mosaic's own arith.divf."""
     x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((n, k // 2), jnp.uint8)
     s = jax.ShapeDtypeStruct((n, k // 16), jnp.float8_e4m3fn)
     c = jax.ShapeDtypeStruct((n,), jnp.float32)
     f = jax.jit(lambda *a: nvfp4_a16_matmul_mgpu(*a, post="div", deterministic=deterministic))
-    assert "mosaic_gpu" in f.trace(x, w, s, c).lower(lowering_platforms=("cuda",)).as_text()
+    text = f.trace(x, w, s, c).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text and "arith.divf" not in text
+    if (m, n) == (16, 14336):  # this launch's CTAs finish their rows
+        assert "div.rn.f32" in text
 
 
 @pytest.mark.gpu
