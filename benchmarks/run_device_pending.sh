@@ -14,8 +14,9 @@
 #   (README rows), finish (session 42's in-kernel finish of the decode kernels: their GPU
 #   tests and its time beside XLA's finish), finrows (session 43's FP8 finish default from
 #   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200
-#   only), divide (session 44: div_rn's GPU test, then the NVFP4 / finish / deterministic GPU
-#   tests of the group kernels and the Triton FP4 ones), splits (session 44: the FP8 decode at 1, 2, 4 K ranges, each with
+#   only), divide (session 44: div_full's GPU test, then the NVFP4 / finish / deterministic GPU
+#   tests of the group kernels and the Triton FP4 ones), splits (session 44: the FP8 decode at
+#   1, 2, 4 K ranges, each with
 #   XLA's and the in-kernel finish, at N = 4096); w8a8's tests include session 41's bounded
 #   per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
@@ -173,7 +174,7 @@ if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finis
     echo "rows fp8a16 rc=$?"; tail -3 "$OUT/rows_fp8a16.log" | cut -c1-200
   else echo "finrows: README rows need an H200"; fi
 fi
-if [[ $STAGES == *divide* ]]; then  # session 44: the kernels' finishes divide as IEEE
+if [[ $STAGES == *divide* ]]; then  # session 44: the finishes divide as XLA:GPU does
   timeout "${T_DIV:-90}" python3 -m pytest -q -s -p no:cacheprovider -m gpu \
     tests/kernels/test_mgpu_divide.py > "$OUT/pytest_divide.log" 2>&1
   echo "pytest divide rc=$?"; grep -E "not IEEE|[0-9]+ (passed|failed)" "$OUT/pytest_divide.log"

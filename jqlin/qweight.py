@@ -20,10 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels.exact import div
-
 from . import formats
 from .numerics import dequantize_weight, quantize_weight
+from .numerics.exact import div
 from .numerics.tiling import abs_max
 from .spec import GlobalScale, Granularity, QuantKey, QuantSpec
 

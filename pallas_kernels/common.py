@@ -20,7 +20,7 @@ __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "c
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
            "deterministic_rows", "KShards", "KShardError", "k_shards", "current_k_shards",
            "current_det_rows",
-           "device_ranges",
+           "device_ranges", "divide_kept",
            "NUM_SMS_DEFAULT"]
 
 NUM_SMS_DEFAULT = 132  # H100/H200 SXM; only used by heuristics when the device cannot say
@@ -29,6 +29,15 @@ _VARIANTS = ("mma", "swap", "gemv")
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def divide_kept(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a / b in XLA as a division, never a reciprocal multiply: b (before any broadcast) behind
+    a barrier, so XLA's simplifier cannot rewrite a constant divisor -- a global scale closed
+    over by jit -- as `a * (1/b)`. On the GPU it is then XLA's div.full.f32, the division the
+    kernels run in their finishes (Triton's `/`, mgpu_common.div_full), so a finish by XLA and
+    one in a kernel give the same bits (session 44: 2 of 33280 NVFP4 outputs differed)."""
+    return a / jax.lax.optimization_barrier(b)
 
 
 def next_pow2(v: int) -> int:

@@ -51,7 +51,7 @@ from .common import current_k_shards, device_ranges
 from .fp8_block_a16_mgpu import det_groups
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import sum_device_splits
-from .mgpu_common import (BLOCK, WG_ROWS, RowFinish, div_rn, finish_rows, interpret_params,
+from .mgpu_common import (BLOCK, WG_ROWS, RowFinish, div_full, finish_rows, interpret_params,
                           store_piece, swizzled, zero_total)
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
@@ -374,7 +374,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                    layout=plgpu.Layout.WGMMA.reduce(1), optimized=False),
                         total.shape, [0])
             total = finish_rows(total, c, finish.row.factor, finish.row.op,
-                                divide=functools.partial(div_rn, interpret=False))
+                                divide=functools.partial(div_full, interpret=False))
             # (TMA drops the rows past y's M: x's zero rows)
             store_piece(total, y_smem,
                         out_gmem.at[pl.ds(0, block_m), pl.ds(tile * WG_ROWS, WG_ROWS)],

@@ -73,7 +73,7 @@ from .launch import sum_device_splits, writes_partials
 from .mgpu_group_decode import FORMATS as GROUP_FORMATS, decode as decode_groups
 from .mgpu_group_decode import decode_jnp as decode_groups_jnp, decode_words
 from .mgpu_relabel import permute_cols, permute_k, relabel
-from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, RowFinish, div_rn,
+from .mgpu_common import (BLOCK, COMPUTE_WGS, SMEM_BYTES, WG_ROWS, RowFinish, div_full,
                           finish_rows, mgpu_kernel, store_piece, store_rows, store_wg_rows,
                           swizzled, tile_index, warpgroup_pipeline, weight_scale_rows, zero_total)
 
@@ -471,7 +471,7 @@ def _kernel(w_gmem, x_gmem, ws_gmem, post_gmem, out_gmem, first_gmem=None, *, st
             if row_post is None:
                 return total
             return finish_rows(total, lax.broadcast_in_dim(col, total.shape, [0]), *row_post,
-                               divide=functools.partial(div_rn, interpret=not a_in_registers))
+                               divide=functools.partial(div_full, interpret=not a_in_registers))
         # output slabs per CTA (stored groups: k_splits is 1)
         slabs = k_parts if parts_sum == "store" and k_parts > 1 else 2 if stored_groups else 1
 

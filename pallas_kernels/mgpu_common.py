@@ -17,12 +17,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.mosaic import gpu as mgpu
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from . import exact
+from .common import divide_kept
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
            "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
            "interpret_params", "mgpu_kernel", "COMPUTE_WGS", "RowFinish",
-           "finish_rows", "div_rn"]
+           "finish_rows", "div_full"]
 
 BLOCK = 128  # K-block of the scales, and the CTA tile in M and N
 WG_ROWS = 64  # output rows per compute warpgroup
@@ -120,12 +120,11 @@ class RowFinish(NamedTuple):
 
 
 def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str, *,
-                divide: Callable[[jax.Array, jax.Array], jax.Array] = exact.div) -> jax.Array:
+                divide: Callable[[jax.Array, jax.Array], jax.Array] = divide_kept) -> jax.Array:
     """RowFinish's arithmetic: total times factor, then times / divided by col (broadcast;
-    None: no column factor). The division is IEEE's wherever it runs: exact.div in XLA (XLA's
-    own is not: div.full.f32 on the GPU, a reciprocal multiply where the divisor is a constant
-    or a broadcast), div_rn in a Mosaic GPU kernel -- so the kernel's finish and XLA's give
-    the same bits."""
+    None: no column factor). The division is XLA:GPU's div.full.f32 wherever it runs:
+    common.divide_kept in XLA (a division, not a reciprocal multiply), div_full in a Mosaic
+    GPU kernel -- so the kernel's finish and XLA's give the same bits."""
     if factor != 1:
         total = total * factor
     if col is None:
@@ -133,23 +132,23 @@ def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str,
     return divide(total, col) if op == "div" else total * col
 
 
-def div_rn(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
-    """float32 a / b correctly rounded inside a Mosaic GPU kernel (b: a's shape, or one value
-    to broadcast): PTX div.rn.f32 spelled out on the GPU (a, b in Layout.WGMMA), not left to
-    Mosaic's `/`; the interpreter runs exact.div_corrected, whose integer correction does not
-    depend on how XLA computes its first guess (the interpreter's XLA would rewrite a division
-    by a broadcast as a reciprocal multiply)."""
+def div_full(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
+    """float32 a / b inside a Mosaic GPU kernel (b: a's shape, or one value to broadcast) as
+    XLA:GPU divides: PTX div.full.f32 (XLA compiles with -nvptx-prec-divf32=1; Triton's `/` is
+    the same instruction), where Mosaic's own `/` is IEEE div.rn.f32 -- the two differ in the
+    last bit of ~30% of quotients (H100, session 44), enough to move a bf16 rounding now and
+    then. a, b in Layout.WGMMA on the GPU; the interpreter divides as its XLA does (`/`)."""
     if b.shape != a.shape:
         b = lax.broadcast_in_dim(b, a.shape, tuple(range(a.ndim - b.ndim, a.ndim)))
     if interpret:
-        return exact.div_corrected(a, b)
+        return a / b
     layout = plgpu.Layout.WGMMA
     out = plgpu.ShapeDtypeStruct(a.shape, a.dtype, layout=layout)
 
     @plgpu.inline_mgpu(arg_types=(layout, layout), return_type=out)
     def div(ctx, num, den):
         del ctx
-        return num._pointwise(mgpu.FragmentedArray._lift_fast_instr("div.rn.f32"), den)
+        return num._pointwise(mgpu.FragmentedArray._lift_fast_instr("div.full.f32"), den)
 
     return div(plgpu.layout_cast(a, layout), plgpu.layout_cast(b, layout))
 

@@ -40,9 +40,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from . import exact
-from .act_quant import div_rn
-from .common import MatmulConfig, cdiv
+from .common import MatmulConfig, cdiv, divide_kept
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .mx_dense import dense_dequant_matmul
@@ -80,7 +78,6 @@ class _Static:
     decode: str
     steps_per_split: int
     out_dtype: object
-    interpret: bool  # (the post division: PTX on the GPU)
 
 
 def _truncate_bf16(x: jax.Array) -> jax.Array:
@@ -264,17 +261,15 @@ def _post(p: _Static, acc, c_ref, n0, rn, n_lim):
         return acc
     view = c_ref.at[pl.ds(n0, p.cfg.block_n)]
     c = view[...] if n_lim is None else pltriton.load(view, mask=rn < n_lim, other=1.0)
-    if p.post == "div":  # IEEE, as _post_xla's (Triton's `/` is div.full.f32)
-        return div_rn(acc, jnp.broadcast_to(c[None, :], acc.shape), interpret=p.interpret)
-    return acc * c[None, :]
+    return acc / c[None, :] if p.post == "div" else acc * c[None, :]
 
 
 def _post_xla(p: _Static, y, col_scale):
     """_post for split-K: applied once to the summed partials (same operations, same order)."""
     if _acc_shift(p) != 1.0:
         y = y * _acc_shift(p)
-    if p.post == "div":
-        y = exact.div(y, col_scale[None, :])
+    if p.post == "div":  # (the kernel's `/`, whatever col_scale is to jit)
+        y = divide_kept(y, col_scale[None, :])
     elif p.post == "mul":
         y = y * col_scale[None, :]
     return y
@@ -372,7 +367,7 @@ def mx_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: jax.A
     if split_nibbles:  # even / odd activation columns meet the low / high nibbles
         x_parts = [h for xp in x_parts for h in (xp[:, 0::2], xp[:, 1::2])]
     p = _Static(m, n, k, config, elem, scale, group, len(x_parts), post, fp4_layout, decode, sps,
-                out_dtype, interpret)
+                out_dtype)
 
     cfg = config
     operands = x_parts + [w, w_scale] + ([col_scale] if col_scale is not None else [])

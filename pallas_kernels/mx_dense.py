@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import exact
+from .common import divide_kept
 from .group_dequant import CODES_PER_BYTE, dequant_pass_fits, dequantize_groups
 from .mx_decode import e8m0_to_f32
 
@@ -101,8 +101,8 @@ def dense_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: ja
     for xp in x_parts:  # fixed part order
         part = lax.dot_general(xp, wb, dims, preferred_element_type=F32)
         y = part if y is None else y + part
-    if post == "div":  # IEEE, as the kernels' (XLA's own is not: exact)
-        y = exact.div(y, col_scale[None, :])
+    if post == "div":
+        y = divide_kept(y, col_scale[None, :])
     elif post == "mul":
         y = y * col_scale[None, :]
     return y.astype(out_dtype)

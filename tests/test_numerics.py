@@ -374,7 +374,7 @@ def test_division_is_ieee():
     rounded float32 division, bit for bit, for normal operands and quotients (broadcast
     divisors too: XLA's simplifier makes those a reciprocal multiply, which the correction
     undoes)."""
-    from pallas_kernels.exact import div, div_corrected
+    from jqlin.numerics.exact import div, div_corrected
     a, b = _normal_quotient_pairs(np.random.default_rng(5), 1 << 18)
     x = a.reshape(-1, 256)
     s = np.abs(b[: x.shape[0], None]) + np.float32(1e-30)
@@ -388,7 +388,7 @@ def test_division_corrects_guesses_several_ulps_off():
     """The integer correction rounds the significand quotient from any guess within 4 units --
     what the GPU's approximate division (2 ulp) or a reciprocal multiply (3) may give; on this
     CPU the guess is already exact, so the correction is checked here from perturbed guesses."""
-    from pallas_kernels.exact import _round_significand_quotient
+    from jqlin.numerics.exact import _round_significand_quotient
     rng = np.random.default_rng(6)
     n = 1 << 16
     sa = (rng.integers(0, 1 << 23, n) | (1 << 23)).astype(np.uint32)
@@ -409,7 +409,7 @@ def test_gpu_division_and_activation_codes_are_ieee(rng):
     """On the GPU (whose XLA division is `div.full.f32`, up to 2 ulp off): exact.div is NumPy's
     division bitwise on 4M pairs, and the FP8 / NVFP4 activation rules' codes -- the ties
     cases of the tests above -- are the oracle's."""
-    from pallas_kernels.exact import div
+    from jqlin.numerics.exact import div
     a, b = _normal_quotient_pairs(np.random.default_rng(7), 1 << 22)
     got = jax.jit(div)(jnp.asarray(a), jnp.asarray(b))
     plain = np.asarray(jax.jit(jnp.divide)(jnp.asarray(a), jnp.asarray(b)))
@@ -450,7 +450,7 @@ def test_rules_on_the_gpu_division_path_are_the_oracle_bitwise(rng, monkeypatch)
     """The oracle ties tests above with the rules dividing by div_corrected (the GPU's path of
     exact.div, whose CPU lowering divides behind a barrier instead) -- on this CPU."""
     from jqlin.numerics import activations
-    from pallas_kernels.exact import div_corrected
+    from jqlin.numerics.exact import div_corrected
 
     def corrected(a, b):
         a = jnp.asarray(a, jnp.float32)

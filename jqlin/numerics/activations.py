@@ -11,9 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.exact import div
-
 from ..spec import GlobalScale, Granularity, QuantKey, ScaleRule
+from .exact import div
 from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_deepseek, exponent_modelopt
 from .fp4 import E2M1, E2M1_MAX, cast_e2m1, round_e2m1
 from .fp8 import E4M3, E4M3_MAX, cast_e4m3, round_e4m3

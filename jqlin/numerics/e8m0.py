@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.exact import div
+from .exact import div
 
 
 def e8m0_to_f32(u: jax.Array) -> jax.Array:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.exact import div
-
 from ..spec import GlobalScale, QuantKey, ScaleRule
+from .exact import div
 from .e8m0 import divide_by_e8m0, e8m0_to_f32, exponent_ct, exponent_modelopt
 from .fp4 import E2M1_MAX, cast_e2m1, pack_e2m1, unpack_e2m1
 from .fp8 import E4M3_MAX, cast_e4m3

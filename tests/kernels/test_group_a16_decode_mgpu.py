@@ -311,15 +311,15 @@ def test_gpu_deterministic_range_parts_keep_the_bits(rng):
 
 
 @pytest.mark.parametrize("modelopt", [False, True])
-def test_in_kernel_finish_divides_as_ieee_where_it_divides(rng, modelopt):
-    """NVFP4's in-kernel finish: compressed-tensors' global scale divides by PTX div.rn.f32
-    (mgpu_common.div_rn, as exact.div in XLA's finish; no arith.divf -- Mosaic's own `/`, with
-    which 2 of 33280 outputs were not XLA's finish's bits on an H100, session 44); ModelOpt's
-    multiplies (neither)."""
+def test_in_kernel_finish_divides_as_xla_where_it_divides(rng, modelopt):
+    """NVFP4's in-kernel finish: compressed-tensors' global scale divides by PTX div.full.f32
+    (mgpu_common.div_full: XLA:GPU's division, as in XLA's finish; no arith.divf -- Mosaic's
+    IEEE `/`, with which 2 of 33280 outputs were not XLA's finish's bits on an H100, session
+    44); ModelOpt's multiplies (neither)."""
     x, qw = _make(rng, "nvfp4_a16", 1, 256, 4096, modelopt=modelopt)
     f = jax.jit(lambda x: _run(x, qw, splits=8, load="bytes", in_kernel_finish=True))
     text = f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
-    assert ("div.rn.f32" in text) == (not modelopt) and "arith.divf" not in text
+    assert ("div.full.f32" in text) == (not modelopt) and "arith.divf" not in text
 
 
 @pytest.mark.gpu

@@ -324,8 +324,8 @@ def test_word_loads_lower_for_cuda_on_cpu(fmt, m, n, k):
 def test_lowers_for_cuda_on_cpu(m, n, k, deterministic):
     """The GPU route (the inline PTX decode in registers) builds for CUDA on CPU, for the
     dispatcher's decode launches (stream-K, ranges, deterministic parts); where a CTA finishes
-    its rows, "div" divides by PTX div.rn.f32 (mgpu_common.div_rn: IEEE, as exact.div in XLA's
-    finish), never by Mosaic's own arith.divf."""
+    its rows, "div" divides by PTX div.full.f32 (mgpu_common.div_full: XLA:GPU's division, as
+    in XLA's finish), never by Mosaic's own (IEEE) arith.divf."""
     x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((n, k // 2), jnp.uint8)
     s = jax.ShapeDtypeStruct((n, k // 16), jnp.float8_e4m3fn)
@@ -334,7 +334,7 @@ def test_lowers_for_cuda_on_cpu(m, n, k, deterministic):
     text = f.trace(x, w, s, c).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text and "arith.divf" not in text
     if (m, n) == (16, 14336):  # this launch's CTAs finish their rows
-        assert "div.rn.f32" in text
+        assert "div.full.f32" in text
 
 
 @pytest.mark.gpu

@@ -1,9 +1,9 @@
-"""Division in the kernels' finishes is IEEE's everywhere (session 44): mgpu_common.div_rn inside
-Mosaic GPU kernels (PTX div.rn.f32 spelled out; the interpreter: exact.div_corrected),
-exact.div in XLA (XLA's own division is div.full.f32 on the GPU and a reciprocal multiply where
-the divisor is a constant or a broadcast). CPU: a dividing kernel's CUDA lowering carries the
-instruction and no arith.divf; the interpreter's quotients are NumPy's. GPU (marked): the
-kernel's quotients of fresh random float32 tiles are NumPy's and exact.div's, bit for bit."""
+"""A finish's division is XLA:GPU's div.full.f32 wherever it runs (session 44): mgpu_common.div_full
+inside Mosaic GPU kernels (spelled out: Mosaic's own `/` is IEEE div.rn.f32), common.divide_kept
+in XLA (a division even where the divisor is a jit constant, which XLA's simplifier would make a
+reciprocal multiply). CPU: a dividing kernel's CUDA lowering carries the instruction and no
+arith.divf. GPU (marked): the kernel's quotients of fresh random float32 tiles are jnp's and
+finish_rows' (XLA, constant divisor), bit for bit."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels import exact
-from pallas_kernels.mgpu_common import WG_ROWS, div_rn, finish_rows, mgpu_kernel
+from pallas_kernels.mgpu_common import WG_ROWS, div_full, finish_rows, mgpu_kernel
 
 TILE = (WG_ROWS, 128)
 
 
-def _divide_kernel(a: jax.Array, b: jax.Array, *, scalar: bool, interpret: bool) -> jax.Array:
-    """a / b by div_rn, one (64, 128) tile per CTA (b: a's shape, or (1,) when scalar)."""
+def _divide_kernel(a: jax.Array, b: jax.Array, *, scalar: bool) -> jax.Array:
+    """a / b by div_full on the GPU, one (64, 128) tile per CTA (b: a's shape, or (1,) when
+    scalar)."""
     rows, cols = a.shape
 
     def body(a_gmem, b_gmem, out_gmem):
@@ -34,10 +34,10 @@ def _divide_kernel(a: jax.Array, b: jax.Array, *, scalar: bool, interpret: bool)
             x = plgpu.load(a_gmem.at[rs], layout=plgpu.Layout.WGMMA, optimized=False)
             y = (b_gmem[0] if scalar else
                  plgpu.load(b_gmem.at[rs], layout=plgpu.Layout.WGMMA, optimized=False))
-            out_gmem[rs] = div_rn(x, y, interpret=interpret)
+            out_gmem[rs] = div_full(x, y, interpret=False)
 
     out = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
-    return mgpu_kernel(body, out, rows // WG_ROWS, interpret=interpret, compute_wgs=1)(a, b)
+    return mgpu_kernel(body, out, rows // WG_ROWS, interpret=False, compute_wgs=1)(a, b)
 
 
 def _operands(rng, rows: int, scalar: bool):
@@ -48,51 +48,41 @@ def _operands(rng, rows: int, scalar: bool):
     return jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
 
 
-def _ieee(a, b) -> np.ndarray:
-    return (np.asarray(a) / np.asarray(b)).astype(np.float32)
-
-
 @pytest.mark.parametrize("scalar", [False, True])
-def test_div_rn_lowers_to_ptx_div_rn_on_cpu(rng, scalar):
-    """The CUDA lowering (on CPU) of a kernel that divides carries div.rn.f32 and no arith.divf
-    (Mosaic's own `/`, whose rounding is the compiler's to choose)."""
+def test_div_full_lowers_to_ptx_div_full_on_cpu(rng, scalar):
+    """The CUDA lowering (on CPU) of a kernel that divides carries div.full.f32 and no
+    arith.divf (Mosaic's IEEE division)."""
     a, b = _operands(rng, 2 * WG_ROWS, scalar)
-    f = jax.jit(functools.partial(_divide_kernel, scalar=scalar, interpret=False))
+    f = jax.jit(functools.partial(_divide_kernel, scalar=scalar))
     text = f.trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
-    assert "div.rn.f32" in text and "arith.divf" not in text
+    assert "div.full.f32" in text and "arith.divf" not in text
 
 
-@pytest.mark.parametrize("scalar", [False, True])
-def test_interpreter_div_rn_is_numpys_division(rng, scalar):
-    """In the interpreter div_rn is exact.div_corrected: NumPy's quotients, bit for bit, also
-    where a broadcast divisor would let XLA multiply by a reciprocal."""
-    a, b = _operands(rng, 2 * WG_ROWS, scalar)
-    got = np.asarray(jax.jit(functools.partial(_divide_kernel, scalar=scalar,
-                                               interpret=True))(a, b))
-    np.testing.assert_array_equal(got.view(np.uint32), _ieee(a, b).view(np.uint32))
-
-
-def test_xla_finish_divides_by_a_constant_column_as_ieee(rng):
-    """finish_rows in XLA (RowFinish.xla) with the column closed over by jit -- a constant
-    broadcast, which XLA's simplifier would make a reciprocal multiply -- is NumPy's division."""
-    a, _ = _operands(rng, 4 * WG_ROWS, False)
-    col = np.asarray(rng.uniform(0.5, 2, (a.shape[0], 1)) * 3.7, np.float32)
-    got = np.asarray(jax.jit(lambda t: finish_rows(t, jnp.asarray(col), 1.0, "div"))(a))
-    np.testing.assert_array_equal(got.view(np.uint32), _ieee(a, col).view(np.uint32))
+def test_xla_finish_keeps_a_division_by_a_constant(rng):
+    """finish_rows in XLA with the column closed over by jit: the traced program divides by
+    the column behind an optimization barrier (no constant for the simplifier to invert)."""
+    a, _ = _operands(rng, 2 * WG_ROWS, False)
+    col = jnp.asarray(rng.uniform(0.5, 2, (a.shape[0], 1)), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda t: finish_rows(t, col, 1.0, "div"))(a)
+    eqns = [e.primitive.name for e in jaxpr.eqns]
+    assert "optimization_barrier" in eqns and "div" in eqns
+    assert eqns.index("optimization_barrier") < eqns.index("div")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scalar", [False, True])
-def test_gpu_div_rn_is_ieee_and_exact_div_bitwise(rng, scalar):
-    """Half a million fresh random quotients (64 tiles of 64 x 128): the kernel's are NumPy's
-    and exact.div's (XLA) on the same GPU. How many of XLA's own `/` differ is printed, not
-    asserted (the hardware's): the reason neither side uses it."""
+def test_gpu_div_full_is_xlas_division_bitwise(rng, scalar):
+    """Half a million fresh random quotients (64 tiles of 64 x 128): the kernel's are jnp's
+    `/` on the same GPU and finish_rows' with the divisor a jit constant, bit for bit. How many
+    differ from IEEE (NumPy) is printed, not asserted: the hardware's."""
     a, b = _operands(rng, 64 * WG_ROWS, scalar)
-    got = np.asarray(jax.jit(functools.partial(_divide_kernel, scalar=scalar,
-                                               interpret=False))(a, b))
-    ieee = _ieee(a, b)
-    np.testing.assert_array_equal(got.view(np.uint32), ieee.view(np.uint32))
-    xla_exact = np.asarray(jax.jit(exact.div)(a, b))
-    np.testing.assert_array_equal(xla_exact.view(np.uint32), ieee.view(np.uint32))
-    plain = np.asarray(jax.jit(lambda a, b: a / b)(a, b))
-    print(f"XLA:GPU `/` quotients not IEEE's: {np.count_nonzero(plain != ieee)} of {plain.size}")
+    got = np.asarray(jax.jit(functools.partial(_divide_kernel, scalar=scalar))(a, b))
+    want = np.asarray(jax.jit(lambda a, b: a / b)(a, b))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    b_const = b if scalar else b[:, :1]  # a column: RowFinish's shape
+    got_col = np.asarray(jax.jit(functools.partial(_divide_kernel, scalar=scalar))(
+        a, b if scalar else jnp.broadcast_to(b_const, a.shape)))
+    fin = np.asarray(jax.jit(lambda a: finish_rows(a, b_const, 1.0, "div"))(a))
+    np.testing.assert_array_equal(got_col.view(np.uint32), fin.view(np.uint32))
+    ieee = (np.asarray(a) / np.asarray(b)).astype(np.float32)
+    print(f"XLA:GPU quotients not IEEE's: {np.count_nonzero(want != ieee)} of {want.size}")

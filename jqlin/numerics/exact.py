@@ -10,11 +10,6 @@ plain division). So off the CPU `div` takes the hardware's quotient only as a fi
 corrects it with exact integer arithmetic on the significands: the correction fuses with its
 neighbours (no barrier), and its answer does not depend on how the guess was computed. The
 CPU's division is IEEE: there only the reciprocal rewrite is stopped (a barrier).
-
-The kernels divide the same way (session 44): a finish that divides by NVFP4's global scale
-runs exact.div where XLA applies it and PTX div.rn.f32 where a kernel does (mgpu_common.div_rn,
-act_quant.div_rn), so the two places give the same bits. Here, not in jqlin.numerics, because
-pallas_kernels imports nothing from jqlin.
 """
 
 from __future__ import annotations
