@@ -32,11 +32,13 @@ def cdiv(a: int, b: int) -> int:
 
 
 def divide_kept(a: jax.Array, b: jax.Array) -> jax.Array:
-    """a / b in XLA as a division, never a reciprocal multiply: b (before any broadcast) behind
-    a barrier, so XLA's simplifier cannot rewrite a constant divisor -- a global scale closed
-    over by jit -- as `a * (1/b)`. On the GPU it is then XLA's div.full.f32, the division the
-    kernels run in their finishes (Triton's `/`, mgpu_common.div_full), so a finish by XLA and
-    one in a kernel give the same bits (session 44: 2 of 33280 NVFP4 outputs differed)."""
+    """a / b in XLA as a division on the GPU, not a reciprocal multiply: b (before any
+    broadcast) behind a barrier, so XLA's simplifier cannot rewrite a constant divisor -- a
+    global scale closed over by jit -- as `a * (1/b)`. There it is then XLA's div.full.f32, the
+    division the kernels run in their finishes (Triton's `/`, mgpu_common.div_full), so a
+    finish by XLA and one in a kernel give the same bits (session 44: 2 of 33280 NVFP4 outputs
+    differed). (XLA's CPU compiler still multiplies by the reciprocal of any broadcast divisor;
+    the interpreter's kernels, run by it, meet the same rewrite.)"""
     return a / jax.lax.optimization_barrier(b)
 
 
