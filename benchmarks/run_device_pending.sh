@@ -16,9 +16,10 @@
 #   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200
 #   only), divide (session 44: div_full's GPU test, then the NVFP4 / finish / deterministic GPU
 #   tests of the group kernels and the Triton FP4 ones), splits (session 44: the FP8 decode at
-#   1, 2, 4 K ranges, each with
-#   XLA's and the in-kernel finish, at N = 4096); w8a8's tests include session 41's bounded
-#   per-token spec (fp8_ptpc_bounded);
+#   1, 2, 4 K ranges, each with XLA's and the in-kernel finish, at N = 4096), divtime (session
+#   44: the NVFP4 W4A16 decode and its finishes, this tree and OLD_DIV -- a tree of 9ae5105 --
+#   one after the other); w8a8's tests include session 41's bounded per-token spec
+#   (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
@@ -189,6 +190,15 @@ if [[ $STAGES == *divide* ]]; then  # session 44: the finishes divide as XLA:GPU
     -k "${DIV_K:-(nvfp4 or deterministic) and not in_kernel_finish}" \
     > "$OUT/pytest_group_div.log" 2>&1
   echo "pytest group div rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_group_div.log"
+fi
+if [[ $STAGES == *divtime* ]]; then  # session 44: div_full's finishes against 9ae5105's time
+  for t in old new; do
+    d=.; [[ $t == old ]] && d=${OLD_DIV:?divtime needs OLD_DIV=<a tree of 9ae5105>}
+    (cd "$d" && timeout "${T_DIVTIME:-70}" python3 benchmarks/probe_decode_finish.py \
+      --formats nvfp4_a16 --shapes 4096x4096,8192x8192,4096x28672 --m 1,16 --reps 3 \
+      --out "$OUT/divtime_$t.json" > "$OUT/divtime_$t.log" 2>&1); echo "divtime $t rc=$?"
+    grep -E "nvfp4|bf16" "$OUT/divtime_$t.log" | grep -v Warn | sort -u | cut -c1-100
+  done
 fi
 if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
   timeout "${T_SPLITS:-150}" python3 benchmarks/probe_decode_finish.py \
