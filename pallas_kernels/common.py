@@ -20,7 +20,7 @@ __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "c
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
            "deterministic_rows", "KShards", "KShardError", "k_shards", "current_k_shards",
            "current_det_rows",
-           "device_ranges", "divide_kept",
+           "device_ranges", "finish_rows",
            "NUM_SMS_DEFAULT"]
 
 NUM_SMS_DEFAULT = 132  # H100/H200 SXM; only used by heuristics when the device cannot say
@@ -31,15 +31,25 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def divide_kept(a: jax.Array, b: jax.Array) -> jax.Array:
-    """a / b in XLA as a division on the GPU, not a reciprocal multiply: b (before any
-    broadcast) behind a barrier, so XLA's simplifier cannot rewrite a constant divisor -- a
-    global scale closed over by jit -- as `a * (1/b)`. There it is then XLA's div.full.f32, the
-    division the kernels run in their finishes (Triton's `/`, mgpu_common.div_full), so a
-    finish by XLA and one in a kernel give the same bits (session 44: 2 of 33280 NVFP4 outputs
-    differed). (XLA's CPU compiler still multiplies by the reciprocal of any broadcast divisor;
-    the interpreter's kernels, run by it, meet the same rewrite.)"""
-    return a / jax.lax.optimization_barrier(b)
+def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str, *,
+                divide: Callable[[jax.Array, jax.Array], jax.Array] | None = None) -> jax.Array:
+    """A finish's float32 arithmetic on a kernel's sums: total times factor, then times (op
+    "mul") or divided by ("div") col (broadcast; None: no column factor). The one place XLA
+    finishes the kernels' sums (mgpu_common.RowFinish, mx_core's split-K, mx_dense) and the
+    Mosaic kernels finish their own (`divide`: mgpu_common.div_full).
+    The division is XLA:GPU's div.full.f32 wherever it runs: in XLA the divisor (before any
+    broadcast) goes behind a barrier, so the simplifier cannot rewrite a constant divisor -- a
+    global scale closed over by jit -- as `total * (1/col)`; the kernels spell div.full.f32
+    out (Triton's `/` is it). So a finish by XLA and one in a kernel give the same bits
+    (session 44: 2 of 33280 NVFP4 outputs differed). (XLA's CPU compiler still multiplies by
+    the reciprocal of any broadcast divisor; the interpreter's kernels meet the same rewrite.)"""
+    if factor != 1:
+        total = total * factor
+    if col is None:
+        return total
+    if op != "div":
+        return total * col
+    return divide(total, col) if divide else total / jax.lax.optimization_barrier(col)
 
 
 def next_pow2(v: int) -> int:

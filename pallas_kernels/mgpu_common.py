@@ -6,7 +6,7 @@ launched in groups of tile rows, each warpgroup's rows stored through shared mem
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.mosaic import gpu as mgpu
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import divide_kept
+from .common import finish_rows
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
            "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
@@ -119,27 +119,15 @@ class RowFinish(NamedTuple):
                            self.op)
 
 
-def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str, *,
-                divide: Callable[[jax.Array, jax.Array], jax.Array] = divide_kept) -> jax.Array:
-    """RowFinish's arithmetic: total times factor, then times / divided by col (broadcast;
-    None: no column factor). The division is XLA:GPU's div.full.f32 wherever it runs:
-    common.divide_kept in XLA (a division, not a reciprocal multiply), div_full in a Mosaic
-    GPU kernel -- so the kernel's finish and XLA's give the same bits."""
-    if factor != 1:
-        total = total * factor
-    if col is None:
-        return total
-    return divide(total, col) if op == "div" else total * col
-
-
 def div_full(a: jax.Array, b: jax.Array, *, interpret: bool) -> jax.Array:
     """float32 a / b inside a Mosaic GPU kernel (b: a's shape, or one value to broadcast) as
     XLA:GPU divides: PTX div.full.f32 (XLA compiles with -nvptx-prec-divf32=1; Triton's `/` is
     the same instruction), where Mosaic's own `/` is IEEE div.rn.f32 -- the two differ in the
     last bit of ~30% of quotients (H100, session 44), enough to move a bf16 rounding now and
-    then. a, b in Layout.WGMMA on the GPU; the interpreter divides as its XLA does (`/`)."""
-    if b.shape != a.shape:
-        b = lax.broadcast_in_dim(b, a.shape, tuple(range(a.ndim - b.ndim, a.ndim)))
+    then (common.finish_rows). a, b in Layout.WGMMA on the GPU; the interpreter divides as its
+    XLA does (`/`)."""
+    if b.ndim == 0:
+        b = lax.broadcast_in_dim(b, a.shape, ())
     if interpret:
         return a / b
     layout = plgpu.Layout.WGMMA

@@ -40,7 +40,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from .common import MatmulConfig, cdiv, divide_kept
+from .common import MatmulConfig, cdiv, finish_rows
 from .launch import launch_split_k, writes_partials
 from .tiles import load2, mask2, row_tile_coords, store_tile, tile_coords
 from .mx_dense import dense_dequant_matmul
@@ -266,13 +266,8 @@ def _post(p: _Static, acc, c_ref, n0, rn, n_lim):
 
 def _post_xla(p: _Static, y, col_scale):
     """_post for split-K: applied once to the summed partials (same operations, same order)."""
-    if _acc_shift(p) != 1.0:
-        y = y * _acc_shift(p)
-    if p.post == "div":  # (the kernel's `/`, whatever col_scale is to jit)
-        y = divide_kept(y, col_scale[None, :])
-    elif p.post == "mul":
-        y = y * col_scale[None, :]
-    return y
+    return finish_rows(y, None if p.post == "none" else col_scale[None, :], _acc_shift(p),
+                       p.post)
 
 
 def _check(name, arr, shape, dtypes):

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .common import divide_kept
+from .common import finish_rows
 from .group_dequant import CODES_PER_BYTE, dequant_pass_fits, dequantize_groups
 from .mx_decode import e8m0_to_f32
 
@@ -101,8 +101,5 @@ def dense_dequant_matmul(x_parts: Sequence[jax.Array], w: jax.Array, w_scale: ja
     for xp in x_parts:  # fixed part order
         part = lax.dot_general(xp, wb, dims, preferred_element_type=F32)
         y = part if y is None else y + part
-    if post == "div":
-        y = divide_kept(y, col_scale[None, :])
-    elif post == "mul":
-        y = y * col_scale[None, :]
-    return y.astype(out_dtype)
+    return finish_rows(y, None if post == "none" else col_scale[None, :], 1.0,
+                       post).astype(out_dtype)

@@ -1,5 +1,5 @@
 """A finish's division is XLA:GPU's div.full.f32 wherever it runs (session 44): mgpu_common.div_full
-inside Mosaic GPU kernels (spelled out: Mosaic's own `/` is IEEE div.rn.f32), common.divide_kept
+inside Mosaic GPU kernels (spelled out: Mosaic's own `/` is IEEE div.rn.f32), common.finish_rows
 in XLA (a division even where the divisor is a jit constant, which XLA's simplifier would make a
 reciprocal multiply). CPU: a dividing kernel's CUDA lowering carries the instruction and no
 arith.divf. GPU (marked): the kernel's quotients of fresh random float32 tiles are jnp's and
