@@ -181,7 +181,7 @@ if [[ $STAGES == *divide* ]]; then  # session 44: the finishes divide as XLA:GPU
   echo "pytest divide rc=$?"; grep -E "not IEEE|[0-9]+ (passed|failed)" "$OUT/pytest_divide.log"
   timeout "${T_DIV_FIN:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" \
     --tb=short -p no:cacheprovider -m gpu tests/kernels/test_group_a16_decode_mgpu.py \
-    -k in_kernel_finish > "$OUT/pytest_div_finish.log" 2>&1
+    -k "${DIV_FIN_K:-in_kernel_finish}" > "$OUT/pytest_div_finish.log" 2>&1
   echo "pytest div finish rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
     "$OUT/pytest_div_finish.log" | head -20
   timeout "${T_DIV_GROUP:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \

@@ -15,12 +15,13 @@ import pathlib
 from typing import Callable, Iterator, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 __all__ = ["MatmulConfig", "cdiv", "next_pow2", "m_bucket", "resolve_config", "cache_config",
            "cached_config", "load_tuned_configs", "clear_config_cache", "device_kind",
            "deterministic_rows", "KShards", "KShardError", "k_shards", "current_k_shards",
            "current_det_rows",
-           "device_ranges", "finish_rows",
+           "device_ranges", "finish_rows", "kept",
            "NUM_SMS_DEFAULT"]
 
 NUM_SMS_DEFAULT = 132  # H100/H200 SXM; only used by heuristics when the device cannot say
@@ -31,25 +32,36 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def kept(v) -> jax.Array:
+    """v as float32 behind an optimization barrier: to XLA it is data, never a constant. A
+    finish that divides by it then divides (XLA's simplifier rewrites x / constant -- a global
+    scale closed over by jit -- as x * (1/constant): other bits than the kernels' div.full.f32,
+    session 44), and no product or quotient of scales is folded on the host in IEEE arithmetic
+    where the GPU's would differ. Free on a jit argument or a constant; put it on the leaves (a
+    scale as stored): behind a barrier a broadcast is materialized, a kernel of its own
+    (session 45: +1.1-1.9 us per NVFP4 decode when the barrier sat on the (N,) column)."""
+    return jax.lax.optimization_barrier(jnp.asarray(v)).astype(jnp.float32)
+
+
 def finish_rows(total: jax.Array, col: jax.Array | None, factor: float, op: str, *,
                 divide: Callable[[jax.Array, jax.Array], jax.Array] | None = None) -> jax.Array:
     """A finish's float32 arithmetic on a kernel's sums: total times factor, then times (op
     "mul") or divided by ("div") col (broadcast; None: no column factor). The one place XLA
     finishes the kernels' sums (mgpu_common.RowFinish, mx_core's split-K, mx_dense) and the
     Mosaic kernels finish their own (`divide`: mgpu_common.div_full).
-    The division is XLA:GPU's div.full.f32 wherever it runs: in XLA the divisor (before any
-    broadcast) goes behind a barrier, so the simplifier cannot rewrite a constant divisor -- a
-    global scale closed over by jit -- as `total * (1/col)`; the kernels spell div.full.f32
-    out (Triton's `/` is it). So a finish by XLA and one in a kernel give the same bits
-    (session 44: 2 of 33280 NVFP4 outputs differed). (XLA's CPU compiler still multiplies by
-    the reciprocal of any broadcast divisor; the interpreter's kernels meet the same rewrite.)"""
+    The division is XLA:GPU's div.full.f32 wherever it runs: XLA's `/`, Triton's `/`, and
+    div_full spelled out in Mosaic kernels -- so a finish by XLA and one in a kernel give the
+    same bits (session 44: 2 of 33280 NVFP4 outputs differed). A divisor must not be a
+    compile-time constant, which XLA would invert: build it from `kept` leaves
+    (jqlin.kernels.pallas_fp4.nvfp4_post_scale does). (XLA's CPU compiler multiplies by the
+    reciprocal of any broadcast divisor; the interpreter's kernels meet the same rewrite.)"""
     if factor != 1:
         total = total * factor
     if col is None:
         return total
     if op != "div":
         return total * col
-    return divide(total, col) if divide else total / jax.lax.optimization_barrier(col)
+    return divide(total, col) if divide else total / col
 
 
 def next_pow2(v: int) -> int:

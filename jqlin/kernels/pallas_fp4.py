@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels.act_quant import mx_operand, nvfp4_operand, serves
-from pallas_kernels.common import MatmulConfig
+from pallas_kernels.common import MatmulConfig, kept
 from pallas_kernels.fp4_matmul import (GROUP_FORMAT, MGPU_MAX_M, MXFP4_KERNEL, NVFP4_KERNEL,
                                        fp4_layout_for, mgpu_path, mxfp4_matmul, nvfp4_matmul,
                                        path_for, resolve_dequant_config)
@@ -143,13 +143,16 @@ def nvfp4_activation_operand(x2d: jax.Array, qw: QuantizedWeight, act: QuantKey,
 
 
 def nvfp4_post_scale(qw: QuantizedWeight, spec: QuantSpec) -> tuple[jax.Array, str]:
-    """(per stored row float32 factor, "div" | "mul") applied to the float32 accumulator."""
+    """(per stored row float32 factor, "div" | "mul") applied to the float32 accumulator. The
+    global scales enter `kept` (data to XLA even when jit closes over the weight), so the
+    factor is computed and divided by on the GPU alike whichever way the weight arrives, and an
+    in-kernel finish and XLA's give the same bits (common.finish_rows)."""
     rows = qw.storage_shape[0]
-    gw = jnp.broadcast_to(jnp.asarray(qw.global_scale, F32), (rows,))
+    gw = jnp.broadcast_to(kept(qw.global_scale), (rows,))
     w_div = spec.weight.global_scale is GlobalScale.DIVISOR
     if spec.activation is None:
         return gw, "div" if w_div else "mul"
-    ga = jnp.asarray(qw.input_scale, F32)
+    ga = kept(qw.input_scale)
     a_div = spec.activation.global_scale is GlobalScale.DIVISOR
     if w_div and a_div:
         return gw * ga, "div"

@@ -1,12 +1,14 @@
 """A finish's division is XLA:GPU's div.full.f32 wherever it runs (session 44): mgpu_common.div_full
 inside Mosaic GPU kernels (spelled out: Mosaic's own `/` is IEEE div.rn.f32), common.finish_rows
-in XLA (a division even where the divisor is a jit constant, which XLA's simplifier would make a
-reciprocal multiply). CPU: a dividing kernel's CUDA lowering carries the instruction and no
-arith.divf. GPU (marked): the kernel's quotients of fresh random float32 tiles are jnp's and
-finish_rows' (XLA, constant divisor), bit for bit."""
+in XLA (a division: the divisor is built from `kept` leaves, where XLA's simplifier would make a
+constant one a reciprocal multiply). CPU: a dividing kernel's CUDA lowering carries the
+instruction and no arith.divf; a closed-over NVFP4 weight's finish still divides. GPU (marked):
+the kernel's quotients of fresh random float32 tiles are jnp's and finish_rows' (XLA, a kept
+constant divisor), bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -16,7 +18,11 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.mgpu_common import WG_ROWS, div_full, finish_rows, mgpu_kernel
+from jqlin import formats, qweight
+from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
+from jqlin.spec import GlobalScale
+from pallas_kernels.common import kept
+from pallas_kernels.mgpu_common import WG_ROWS, RowFinish, div_full, finish_rows, mgpu_kernel
 
 TILE = (WG_ROWS, 128)
 
@@ -58,22 +64,41 @@ def test_div_full_lowers_to_ptx_div_full_on_cpu(rng, scalar):
     assert "div.full.f32" in text and "arith.divf" not in text
 
 
-def test_xla_finish_keeps_a_division_by_a_constant(rng):
-    """finish_rows in XLA with the column closed over by jit: the traced program divides by
-    the column behind an optimization barrier (no constant for the simplifier to invert)."""
-    a, _ = _operands(rng, 2 * WG_ROWS, False)
-    col = jnp.asarray(rng.uniform(0.5, 2, (a.shape[0], 1)), jnp.float32)
-    jaxpr = jax.make_jaxpr(lambda t: finish_rows(t, col, 1.0, "div"))(a)
-    eqns = [e.primitive.name for e in jaxpr.eqns]
-    assert "optimization_barrier" in eqns and "div" in eqns
-    assert eqns.index("optimization_barrier") < eqns.index("div")
+@pytest.mark.parametrize("case", ["a16", "w4a4", "w4a4_mixed"])
+def test_nvfp4_global_scales_closed_over_are_divided_by(rng, case):
+    """jit closing over an NVFP4 (compressed-tensors) weight: its global scales enter `kept`
+    as stored (the barrier on the leaves, never on the (N,) column a broadcast would
+    materialize), and XLA's compiled finish still divides -- without the barrier its simplifier
+    multiplies by the constant's reciprocal. W4A16 divides by the weight's global scale;
+    W4A4 by the product of both, or (ModelOpt activation rule) multiplies by their quotient,
+    which the device now divides out too (a constant one was folded on the host, in IEEE)."""
+    spec = formats.get("nvfp4_a16" if case == "a16" else "nvfp4")
+    if case == "w4a4_mixed":
+        spec = dataclasses.replace(spec, activation=dataclasses.replace(
+            spec.activation, global_scale=GlobalScale.MULTIPLIER))
+    n = 2 * WG_ROWS
+    w = jnp.asarray(rng.standard_normal((n, 64)), jnp.float32)
+    calibration = None if case == "a16" else jnp.asarray(rng.standard_normal((4, 64)))
+    qw = qweight.quantize(w, spec, calibration=calibration)
+    total = jnp.asarray(rng.standard_normal((n, 3)), jnp.float32)
+
+    def finish(t):
+        col, post = nvfp4_post_scale(qw, spec)
+        return RowFinish(col, 1.0, post).xla(t)
+
+    jaxpr = jax.make_jaxpr(finish)(total)
+    barriers = [e for e in jaxpr.eqns if e.primitive.name == "optimization_barrier"]
+    leaves = {np.shape(qw.global_scale), np.shape(qw.input_scale)}
+    assert barriers and all(v.aval.shape in leaves for e in barriers for v in e.invars)
+    hlo = jax.jit(finish).lower(total).compile().as_text()
+    assert "divide(" in hlo, hlo
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scalar", [False, True])
 def test_gpu_div_full_is_xlas_division_bitwise(rng, scalar):
     """Half a million fresh random quotients (64 tiles of 64 x 128): the kernel's are jnp's
-    `/` on the same GPU and finish_rows' with the divisor a jit constant, bit for bit. How many
+    `/` on the same GPU and finish_rows' with the divisor a kept jit constant, bit for bit. How many
     differ from IEEE (NumPy) is printed, not asserted: the hardware's."""
     a, b = _operands(rng, 64 * WG_ROWS, scalar)
     got = np.asarray(jax.jit(functools.partial(_divide_kernel, scalar=scalar))(a, b))
@@ -82,7 +107,7 @@ def test_gpu_div_full_is_xlas_division_bitwise(rng, scalar):
     b_const = b if scalar else b[:, :1]  # a column: RowFinish's shape
     got_col = np.asarray(jax.jit(functools.partial(_divide_kernel, scalar=scalar))(
         a, b if scalar else jnp.broadcast_to(b_const, a.shape)))
-    fin = np.asarray(jax.jit(lambda a: finish_rows(a, b_const, 1.0, "div"))(a))
+    fin = np.asarray(jax.jit(lambda a: finish_rows(a, kept(b_const), 1.0, "div"))(a))
     np.testing.assert_array_equal(got_col.view(np.uint32), fin.view(np.uint32))
     ieee = (np.asarray(a) / np.asarray(b)).astype(np.float32)
     print(f"XLA:GPU quotients not IEEE's: {np.count_nonzero(want != ieee)} of {want.size}")
