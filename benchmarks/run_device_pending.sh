@@ -18,7 +18,8 @@
 #   tests of the group kernels and the Triton FP4 ones), splits (session 44: the FP8 decode at
 #   1, 2, 4 K ranges, each with XLA's and the in-kernel finish, at N = 4096), divtime (session
 #   44: the NVFP4 W4A16 decode and its finishes, this tree and OLD_DIV -- a tree of 9ae5105 --
-#   one after the other); w8a8's tests include session 41's bounded per-token spec
+#   one after the other), closed (session 45: a weight closed over by jit against one passed
+#   in, every format, bitwise; also in tests); w8a8's tests include session 41's bounded per-token spec
 #   (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
@@ -43,6 +44,7 @@ if [[ $STAGES == *tests* ]]; then
   timeout "${T_TESTS:-360}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
     tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
     tests/test_transforms.py tests/test_dispatch.py tests/test_formats.py tests/test_qweight.py \
+    tests/test_closed_over_weights.py \
     > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi
@@ -199,6 +201,12 @@ if [[ $STAGES == *divtime* ]]; then  # session 44: div_full's finishes against 9
       --out "$OUT/divtime_$t.json" > "$OUT/divtime_$t.log" 2>&1); echo "divtime $t rc=$?"
     grep -E "nvfp4|bf16" "$OUT/divtime_$t.log" | grep -v Warn | sort -u | cut -c1-100
   done
+fi
+if [[ $STAGES == *closed* ]]; then  # session 45: a closed-over weight's bits are a passed one's
+  timeout "${T_CLOSED:-150}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+    -p no:cacheprovider -m gpu tests/test_closed_over_weights.py > "$OUT/pytest_closed.log" 2>&1
+  echo "pytest closed rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
+    "$OUT/pytest_closed.log" | head -30
 fi
 if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
   timeout "${T_SPLITS:-150}" python3 benchmarks/probe_decode_finish.py \
