@@ -17,6 +17,11 @@ Prediction (H200; session 30's breakdown put XLA's finish pass at 1.2-1.7 us): d
 under it elsewhere; NVFP4 W4A16 the same microseconds off a smaller time.
 Measured (H100, session 43, h100_decode_finish_s43.json): FP8 1.0-2.2 us under at N >= 8192,
 0.3-0.5 us over at N = 4096; NVFP4 0.9-6.6 us over everywhere -- hence FINISH_IN_KERNEL_MIN_N.
+--det (session 45) adds deterministic mode: `<kernel>[det]` (the dispatcher), and the decode
+kernels' det launch (det_order's 8 parts as K ranges) with `decode_slabs[det]` /
+`decode_fin[det]` (where each range is one part; else an error row). Prediction: decode_fin[det]
+~1-2 us under decode_slabs[det] from N = 8192 (the default launch's gain there), over it at
+N = 4096 (8 ranges finished in the kernel were 1.7-3.1 us over 8 as slabs there, H100 s45).
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ GROUP_FMT = {"nvfp4_a16": "nvfp4", "mxfp4_a16": "mxfp4", "mxfp8_a16": "mxfp8"}
 KERNEL = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4", "mxfp8_a16": "pallas_mxfp8"}
 
 
-def finish_op(fmt: str, finish: bool, splits: int | None = None) -> bench.Op:
+def finish_op(fmt: str, finish: bool, splits: int | None = None,
+              deterministic: bool = False) -> bench.Op:
     """The format's decode kernel at its launch rule's K ranges (or `splits` of them), its finish
-    in the kernel or by XLA."""
+    in the kernel or by XLA; deterministic: deterministic mode's launch (det_order's parts)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
@@ -45,12 +51,14 @@ def finish_op(fmt: str, finish: bool, splits: int | None = None) -> bench.Op:
             g = GROUP_FMT[fmt]
             col, post = nvfp4_post_scale(qw, qw.spec) if g == "nvfp4" else (None, "none")
             return group_a16_decode_mgpu(g, x, qw.data, qw.scale, col, post=post, splits=splits,
-                                         in_kernel_finish=finish, interpret=interpret)
+                                         in_kernel_finish=finish, interpret=interpret,
+                                         deterministic=deterministic)
         scale, kind = _weight_scale(qw, qw.spec)  # (the dispatcher's reading of the scales)
         return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, splits=splits,
-                                   in_kernel_finish=finish, interpret=interpret)
+                                   in_kernel_finish=finish, interpret=interpret,
+                                   deterministic=deterministic)
     name = ("decode_fin" if finish else "decode_slabs") + ("" if splits is None else f"@{splits}")
-    return bench.Op(name, fmt, "default", fn)
+    return bench.Op(name, fmt, "det" if deterministic else "default", fn)
 
 
 def main(argv=None) -> int:
@@ -61,6 +69,9 @@ def main(argv=None) -> int:
     p.add_argument("--splits", default="",
                    help="K-range counts to time besides the launch rule's (e.g. 1,2,4); a "
                         "count a shape's K cannot take gives an error row")
+    p.add_argument("--det", action="store_true",
+                   help="also deterministic mode: the dispatcher's det launch and the decode "
+                        "kernels' det launch finished by XLA and (session 45) in the kernel")
     args = p.parse_args(argv)
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
@@ -70,6 +81,10 @@ def main(argv=None) -> int:
         # (the interpreter has no clusters: XLA's finish only)
         for splits in [None] + [int(v) for v in args.splits.split(",") if v]:
             ops += [finish_op(fmt, False, splits)] + ([] if cpu else [finish_op(fmt, True, splits)])
+        if args.det:
+            ops += [bench.kernel_op(KERNEL.get(fmt, "pallas_fp8_w8a16"), fmt, deterministic=True),
+                    finish_op(fmt, False, deterministic=True)] + (
+                [] if cpu else [finish_op(fmt, True, deterministic=True)])
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

@@ -19,7 +19,8 @@
 #   1, 2, 4 K ranges, each with XLA's and the in-kernel finish, at N = 4096), divtime (session
 #   44: the NVFP4 W4A16 decode and its finishes, this tree and OLD_DIV -- a tree of 9ae5105 --
 #   one after the other), closed (session 45: a weight closed over by jit against one passed
-#   in, every format, bitwise; also in tests); w8a8's tests include session 41's bounded per-token spec
+#   in, every format, bitwise; also in tests), detfin (session 45: deterministic mode's
+#   in-kernel finish -- its GPU tests, then probe_decode_finish --det); w8a8's tests include session 41's bounded per-token spec
 #   (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
@@ -201,6 +202,19 @@ if [[ $STAGES == *divtime* ]]; then  # session 44: div_full's finishes against 9
       --out "$OUT/divtime_$t.json" > "$OUT/divtime_$t.log" 2>&1); echo "divtime $t rc=$?"
     grep -E "nvfp4|bf16" "$OUT/divtime_$t.log" | grep -v Warn | sort -u | cut -c1-100
   done
+fi
+if [[ $STAGES == *detfin* ]]; then  # session 45: deterministic mode's in-kernel finish
+  timeout "${T_DF_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+    --tb=short -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
+    tests/kernels/test_group_a16_decode_mgpu.py -k deterministic_in_kernel_finish \
+    > "$OUT/pytest_detfin.log" 2>&1
+  echo "pytest detfin rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
+    "$OUT/pytest_detfin.log" | head -30
+  timeout "${T_DF:-240}" python3 benchmarks/probe_decode_finish.py --det \
+    --formats "${DF_FORMATS:-fp8_per_channel_a16,fp8_block_a16,nvfp4_a16}" \
+    --shapes "${DF_SHAPES:-4096x4096,4096x6144,4096x28672,14336x4096}" --m 1,8,16 \
+    --out "$OUT/detfin.json" > "$OUT/detfin.log" 2>&1
+  echo "probe detfin rc=$?"; grep -vE "Warn|warn" "$OUT/detfin.log" | tail -100 | cut -c1-110
 fi
 if [[ $STAGES == *closed* ]]; then  # session 45: a closed-over weight's bits are a passed one's
   timeout "${T_CLOSED:-150}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \

@@ -101,36 +101,44 @@ class KernelFinish(NamedTuple):
     out_dtype: jnp.dtype  # 16-bit: the transposed store is stmatrix .trans
     rows: int  # M
     row: RowFinish
+    # deterministic mode's det_groups: the ranges form this many equal groups of consecutive
+    # ones, each added in K order, then the groups' sums in order (sum_device_splits' fold)
+    groups: int = 1
 
 
 def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
-                       interpret: bool) -> bool:
-    """Whether a default-mode launch of `splits` K ranges finishes in the kernel (KernelFinish):
-    on a GPU (the interpreter has no clusters), outside k_shards (the slabs of every device are
-    summed), with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or 16 (TMA's store
-    tiles y's rows by 8: it drops rows past a shorter y, but a longer one must be whole tiles).
-    Deterministic mode keeps its grouped slab sums."""
-    return (not interpret and not deterministic and current_k_shards() is None
+                       interpret: bool, range_parts: int = 1) -> bool:
+    """Whether a launch of `splits` K ranges can finish in the kernel (KernelFinish): on a GPU
+    (the interpreter has no clusters), outside k_shards (the slabs of every device are summed),
+    with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or 16 (TMA's store tiles y's
+    rows by 8: it drops rows past a shorter y, but a longer one must be whole tiles).
+    Deterministic mode only where each range is one of its K parts (range_parts 1): range 0
+    then adds them as XLA adds its slabs, by det_groups' groups (KernelFinish.groups)."""
+    return (not interpret and current_k_shards() is None and range_parts == 1
             and jnp.dtype(out_dtype).itemsize == 2 and splits <= MAX_CLUSTER
             and (m <= 8 or m % 8 == 0))
 
 
 def takes_kernel_finish(kernel: str, m: int, n: int, splits: int, out_dtype, *,
-                        deterministic: bool, interpret: bool, asked: bool | None) -> bool:
+                        deterministic: bool, interpret: bool, asked: bool | None,
+                        range_parts: int = 1) -> bool:
     """Whether `kernel`'s launch (y (M, N)) finishes in the kernel: `asked` (its
     in_kernel_finish) True requires it (an error naming `kernel` where finishes_in_kernel
-    refuses), False refuses it, None takes it where it can run and N reaches the kernel's
-    FINISH_IN_KERNEL_MIN_N."""
+    refuses), False refuses it, None takes it where it can run, in default mode, and N
+    reaches the kernel's FINISH_IN_KERNEL_MIN_N (deterministic mode's cluster finish, session
+    45, is not measured yet: asked for only)."""
     can = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
-                             interpret=interpret)
+                             interpret=interpret, range_parts=range_parts)
     if asked and not can:
-        raise ValueError(f"{kernel}: in_kernel_finish=True needs a GPU launch in default mode "
-                         f"outside k_shards, a 16-bit output, at most {MAX_CLUSTER} K ranges "
-                         f"and M <= 8 or a multiple of 8; got M={m}, splits={splits}, "
+        raise ValueError(f"{kernel}: in_kernel_finish=True needs a GPU launch outside "
+                         f"k_shards, a 16-bit output, at most {MAX_CLUSTER} K ranges of one "
+                         f"part each and M <= 8 or a multiple of 8; got M={m}, "
+                         f"splits={splits}, range_parts={range_parts}, "
                          f"out_dtype={jnp.dtype(out_dtype)}, deterministic={deterministic}, "
                          f"interpret={interpret}")
     if asked is None:
-        return can and n >= FINISH_IN_KERNEL_MIN_N.get(kernel, math.inf)
+        return (can and not deterministic
+                and n >= FINISH_IN_KERNEL_MIN_N.get(kernel, math.inf))
     return can and asked
 
 
@@ -231,7 +239,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     (None: one; the same bits whatever it is).
     in_kernel_finish: the ranges' sum, the scale and the rounding in the kernel (KernelFinish;
     the same bits as XLA's finish of the slabs) -- None: takes_kernel_finish's default, False:
-    never (the slabs and XLA's pass), True: required (an error where it cannot run)."""
+    never (the slabs and XLA's pass), True: required (an error where it cannot run; in
+    deterministic mode where each range is one K part, the parts added by det_groups)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -272,9 +281,9 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     finish = None
     if takes_kernel_finish("fp8_a16_decode_mgpu", m, n, splits, out_dtype,
                            deterministic=deterministic, interpret=interpret,
-                           asked=in_kernel_finish):
+                           asked=in_kernel_finish, range_parts=range_parts or 1):
         finish = KernelFinish(out_dtype, m, RowFinish(
-            None if per_block is not None else w_scale.reshape(-1), 1.0, "mul"))
+            None if per_block is not None else w_scale.reshape(-1), 1.0, "mul"), groups)
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
                     chains="range" if per_block is None else "block", chain_scales=per_block,
@@ -328,11 +337,14 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     if finish is not None and (range_parts != 1 or splits > MAX_CLUSTER or finish.rows != m
                                or finish.row.op not in ("mul", "div")
                                or jnp.dtype(finish.out_dtype).itemsize != 2
+                               or finish.groups < 1 or splits % finish.groups
                                or not (m <= 8 or m % 8 == 0)):
         raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, at most "
                          f"{MAX_CLUSTER} ranges, a 16-bit output and M <= 8 or a multiple of "
-                         f"8 (x's rows); got range_parts={range_parts}, splits={splits}, "
-                         f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}")
+                         f"8 (x's rows), groups dividing the ranges; got "
+                         f"range_parts={range_parts}, splits={splits}, "
+                         f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}, "
+                         f"groups={finish.groups}")
     block_m = 8 if m <= 8 else 16
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
@@ -392,11 +404,17 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                        cluster_dim="range")
 
             @pl.when(split == 0)
-            def _add():
+            def _add():  # K order within each of the groups, then the groups' sums in order
                 plgpu.barrier_wait(recv_bar)
-                summed = total
-                for r in range(splits - 1):
-                    summed = summed + plgpu.load(recv.at[r], layout=plgpu.Layout.WGMMA)
+                per = splits // finish.groups
+                summed = None
+                for g in range(finish.groups):
+                    part = None
+                    for r in range(g * per, (g + 1) * per):
+                        t = total if r == 0 else plgpu.load(recv.at[r - 1],
+                                                            layout=plgpu.Layout.WGMMA)
+                        part = t if part is None else part + t
+                    summed = part if summed is None else summed + part
                 write_y(summed)
 
         def specs(first):  # the pipeline's tiles from K-step `first` on

@@ -197,12 +197,12 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
               RowFinish(None, f.post_factor, "mul"))  # (MX: the factor alone)
     in_kernel = takes_kernel_finish("group_a16_decode_mgpu", m, n, splits, out_dtype,
                                     deterministic=deterministic, interpret=interpret,
-                                    asked=in_kernel_finish)
+                                    asked=in_kernel_finish, range_parts=range_parts or 1)
     y = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                     stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
                     chains="block" if deterministic else "range",
                     range_parts=range_parts or 1,
-                    finish=KernelFinish(out_dtype, m, finish) if in_kernel else None)
+                    finish=KernelFinish(out_dtype, m, finish, groups) if in_kernel else None)
     if y.ndim == 2:  # (finished in the kernel)
         return y
     # parts (inside k_shards every device's) in K order, by groups

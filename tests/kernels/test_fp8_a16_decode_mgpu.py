@@ -17,8 +17,9 @@ from jqlin import bench
 from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN,
                                                 FINISH_IN_KERNEL_MIN_N, MAX_CLUSTER,
                                                 MAX_STAGES, RESIDENT_CTAS, _fill, decode_fits,
-                                                decode_params, finish_note, finishes_in_kernel,
-                                                fp8_a16_decode_mgpu, takes_kernel_finish)
+                                                decode_params, det_order, finish_note,
+                                                finishes_in_kernel, fp8_a16_decode_mgpu,
+                                                takes_kernel_finish)
 from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
 
 # float32 sums of exact bf16 x bf16(e4m3) products (wgmma), one scale multiply
@@ -252,8 +253,9 @@ def test_gpu_matches_float64(rng, kind, k, n):
 
 
 def test_finish_in_kernel_rule():
-    """The in-kernel finish (clusters, st.async, stmatrix .trans) runs on a GPU in default mode
-    with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or a multiple of 8."""
+    """The in-kernel finish (clusters, st.async, stmatrix .trans) runs on a GPU with a 16-bit
+    output, at most MAX_CLUSTER ranges of one part each and M <= 8 or a multiple of 8; by
+    default in default mode only (deterministic mode's is asked for: session 45, unmeasured)."""
     ok = dict(deterministic=False, interpret=False)
     assert finishes_in_kernel(1, 4, jnp.bfloat16, **ok)
     assert finishes_in_kernel(16, MAX_CLUSTER, jnp.float16, **ok)
@@ -261,8 +263,16 @@ def test_finish_in_kernel_rule():
     assert not finishes_in_kernel(9, 1, jnp.bfloat16, **ok)  # y's rows: TMA tiles of 8
     assert not finishes_in_kernel(1, 2 * MAX_CLUSTER, jnp.bfloat16, **ok)
     assert not finishes_in_kernel(1, 4, jnp.float32, **ok)
-    assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=True, interpret=False)
+    assert finishes_in_kernel(1, 8, jnp.bfloat16, deterministic=True, interpret=False)
+    assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=True, interpret=False,
+                                  range_parts=2)  # (a range's parts would be slabs of their own)
     assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=False, interpret=True)
+    det = dict(deterministic=True, interpret=False)
+    least = FINISH_IN_KERNEL_MIN_N["fp8_a16_decode_mgpu"]
+    assert takes_kernel_finish("fp8_a16_decode_mgpu", 1, least, 8, jnp.bfloat16, **det,
+                               asked=None) is False
+    assert takes_kernel_finish("fp8_a16_decode_mgpu", 1, 4096, 8, jnp.bfloat16, **det,
+                               asked=True) is True
     # in_kernel_finish: True where it can run, False never, None from the kernel's least N on
     least = FINISH_IN_KERNEL_MIN_N["fp8_a16_decode_mgpu"]
     for asked, n, want in ((True, 4096, True), (False, 28672, False), (None, least, True),
@@ -339,6 +349,56 @@ def test_in_kernel_finish_where_it_cannot_run_is_an_error(rng):
     with pytest.raises(ValueError, match="in_kernel_finish=True needs a GPU launch"):
         fp8_a16_decode_mgpu(x, w, ws, scale_kind="channel", in_kernel_finish=True,
                             interpret=True)
+    x = jnp.ones((1, 4096), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((1088, 4096), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct((1088, 1), jnp.float32)
+    with pytest.raises(ValueError, match="range_parts=2"):  # (deterministic: 8 parts, 4 ranges)
+        jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind="channel", deterministic=True,
+                                               range_parts=2, in_kernel_finish=True)).trace(
+            x, w, ws).lower(lowering_platforms=("cuda",))
+
+
+@pytest.mark.parametrize("m,n,kind", [(1, 1088, "channel"), (8, 4096, "block"),
+                                      (16, 28672, "tensor")])
+def test_deterministic_in_kernel_finish_lowers_for_cuda_on_cpu(m, n, kind):
+    """Deterministic mode's launch (det_order's 8 parts as 8 K ranges: two groups of 4 below
+    N = 16384, one above) as one cluster finishing y itself: one custom call, no XLA sum,
+    transpose or rounding after it."""
+    k = 4096
+    assert det_order(n, k)[:2] == (8, 2 if n <= 16384 else 1)
+    x = jnp.ones((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct({"channel": (n, 1), "tensor": (1, 1),
+                               "block": (-(-n // 128), k // 128)}[kind], jnp.float32)
+    lowered = jax.jit(lambda *a: fp8_a16_decode_mgpu(
+        *a, scale_kind=kind, deterministic=True, in_kernel_finish=True)).trace(
+        x, w, ws).lower(lowering_platforms=("cuda",))
+    assert lowered.out_info.shape == (m, n) and lowered.out_info.dtype == jnp.bfloat16
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call") == 1 and "mosaic_gpu" in text
+    assert "stablehlo.add" not in text and "stablehlo.transpose" not in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "tensor", "block"])
+@pytest.mark.parametrize("k,n", [(4096, 1088), (4096, 28672)])
+def test_gpu_deterministic_in_kernel_finish_is_the_slabs_bitwise(rng, kind, k, n):
+    """Deterministic mode's cluster finish (session 45, prepared on CPU): range 0 adds the 8
+    parts by det_groups' groups (two of 4 at N = 1088, one at 28672) as XLA adds the slabs, so
+    y is the slab path's bit for bit, and row 0 is the same alone and inside M = 7, 8, 16."""
+    x_all, w, ws = _operands(rng, 16, n, k, jnp.bfloat16, kind)
+    alone = None
+    for m in (1, 7, 8, 16):
+        x = x_all[:m]
+        run = {fin: jax.jit(lambda *a, f=fin: fp8_a16_decode_mgpu(
+            *a, scale_kind=kind, deterministic=True, in_kernel_finish=f))(x, w, ws)
+            for fin in (False, True)}
+        got = np.asarray(run[True].astype(jnp.float32))
+        np.testing.assert_array_equal(got, np.asarray(run[False].astype(jnp.float32)),
+                                      err_msg=f"M={m}")
+        alone = got[0] if alone is None else alone
+        np.testing.assert_array_equal(got[0], alone, err_msg=f"row 0 inside M={m}")
+        _check(run[True], x, w, ws)
 
 
 @pytest.mark.gpu

@@ -414,6 +414,47 @@ def test_in_kernel_finish_lowers_for_cuda_on_cpu(rng, name, m, splits, load):
     assert text.count("stablehlo.custom_call") == 1 and "stablehlo.transpose" not in text
 
 
+@pytest.mark.parametrize("name,m", [("nvfp4_a16", 1), ("mxfp4_a16", 8), ("mxfp8_a16", 16)])
+def test_deterministic_in_kernel_finish_lowers_for_cuda_on_cpu(rng, name, m):
+    """Deterministic mode's launch where each K range is one part (K = 4096: 8 ranges, two
+    groups at N = 256) as one cluster: one custom call, y (M, N) bf16 out. Where a range holds
+    two parts (MX at K = 2048) asking for it is an error."""
+    x, qw = _make(rng, name, m, 256, 4096)
+    f = jax.jit(lambda x: _run(x, qw, deterministic=True, in_kernel_finish=True))
+    lowered = f.trace(x).lower(lowering_platforms=("cuda",))
+    assert lowered.out_info.shape == (m, 256) and lowered.out_info.dtype == jnp.bfloat16
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call") == 1 and "stablehlo.transpose" not in text
+    if name != "nvfp4_a16":
+        x, qw = _make(rng, name, m, 256, 2048)
+        with pytest.raises(ValueError, match="range_parts=2"):
+            jax.jit(lambda x: _run(x, qw, deterministic=True, in_kernel_finish=True)).trace(
+                x).lower(lowering_platforms=("cuda",))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,modelopt", [("nvfp4_a16", False), ("nvfp4_a16", True),
+                                           ("mxfp4_a16", False), ("mxfp8_a16", False)])
+def test_gpu_deterministic_in_kernel_finish_is_the_slabs_bitwise(rng, name, modelopt):
+    """Deterministic mode's cluster finish (session 45, prepared on CPU): range 0 adds the 8
+    parts by det_groups' groups, then NVFP4's factor and global scale (or MX's factor), as XLA
+    finishes the slabs -- bit for bit, and row 0 is the same alone and inside M = 7, 8, 16.
+    N = 4160 (two groups) and 28672 (one)."""
+    for n in (4160, 28672):
+        x_all, qw = _make(rng, name, 16, n, 4096, modelopt=modelopt)
+        alone = None
+        for m in (1, 7, 8, 16):
+            x = x_all[:m]
+            run = {fin: jax.jit(lambda x, f=fin: _run(
+                x, qw, deterministic=True, in_kernel_finish=f))(x) for fin in (False, True)}
+            got = np.asarray(run[True].astype(jnp.float32))
+            np.testing.assert_array_equal(got, np.asarray(run[False].astype(jnp.float32)),
+                                          err_msg=f"N={n} M={m}")
+            alone = got[0] if alone is None else alone
+            np.testing.assert_array_equal(got[0], alone, err_msg=f"N={n}: row 0 inside M={m}")
+            _check(run[True], x, qw)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,modelopt", [("nvfp4_a16", False), ("nvfp4_a16", True),
                                            ("mxfp4_a16", False), ("mxfp8_a16", False)])
