@@ -348,6 +348,16 @@ def matmul(x: jax.Array, qw: QuantizedWeight, *, kernel: str = "auto",
     return run(x.reshape(m, qw.shape[1]), qw).reshape(*lead, qw.shape[0])
 
 
+def _as_data(qw: QuantizedWeight) -> QuantizedWeight:
+    """qw with its arrays behind one optimization barrier: to XLA they are data even where jit
+    closes over the weight. A constant weight was otherwise folded at compile time -- on XLA's
+    paths the dequantized weight became a float32 constant of the program (4 bytes a weight,
+    a hidden dequantization), and on XLA:CPU 1-2 outputs of several formats came out in other
+    bits than with the weight passed in (session 45). Free on jit arguments."""
+    leaves, tree = jax.tree.flatten(qw)
+    return jax.tree.unflatten(tree, jax.lax.optimization_barrier(leaves))
+
+
 @functools.cache
 def _differentiable(name: str, spec: QuantSpec, deterministic: bool, interpret: bool,
                     out_dtype: jnp.dtype) -> Callable[[jax.Array, QuantizedWeight], jax.Array]:
@@ -364,7 +374,7 @@ def _differentiable(name: str, spec: QuantSpec, deterministic: bool, interpret: 
         # kernels are written for 32-bit index arithmetic (Python ints become int64 under
         # jax_enable_x64, which Pallas grids and lax.div refuse); no operand is 64-bit
         with jax.enable_x64(False):
-            return kernel(x2, qw)
+            return kernel(x2, _as_data(qw))
 
     # vmap: JAX's own batching of a kernel is another computation (XLA's dot of (B, M, K)
     # is a batched dot, the XLA kernel's row loop a loop of batched rows): rows came out in
