@@ -39,7 +39,10 @@ def kept(v) -> jax.Array:
     session 44), and no product or quotient of scales is folded on the host in IEEE arithmetic
     where the GPU's would differ. Free on a jit argument or a constant; put it on the leaves (a
     scale as stored): behind a barrier a broadcast is materialized, a kernel of its own
-    (session 45: +1.1-1.9 us per NVFP4 decode when the barrier sat on the (N,) column)."""
+    (session 45: +1.1-1.9 us per NVFP4 decode when the barrier sat on the (N,) column).
+    Through jqlin.matmul the weight's arrays are already behind a barrier (dispatch._as_data);
+    this one keeps the kernels' own entry points (nvfp4_post_scale called directly, as their
+    tests and probes do with a closed-over weight) to the same bits."""
     return jax.lax.optimization_barrier(jnp.asarray(v)).astype(jnp.float32)
 
 

@@ -50,7 +50,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import current_k_shards, device_ranges
 from .fp8_block_a16_mgpu import det_groups
 from .fp8_heuristics import det_k_parts, num_sms
-from .launch import sum_device_splits
+from .launch import fold_parts, sum_device_splits
 from .mgpu_common import (BLOCK, WG_ROWS, RowFinish, div_full, finish_rows, interpret_params,
                           store_piece, swizzled, zero_total)
 
@@ -404,18 +404,12 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                        cluster_dim="range")
 
             @pl.when(split == 0)
-            def _add():  # K order within each of the groups, then the groups' sums in order
+            def _add():  # XLA's fold of the slabs (groups: deterministic mode's det_groups)
                 plgpu.barrier_wait(recv_bar)
-                per = splits // finish.groups
-                summed = None
-                for g in range(finish.groups):
-                    part = None
-                    for r in range(g * per, (g + 1) * per):
-                        t = total if r == 0 else plgpu.load(recv.at[r - 1],
-                                                            layout=plgpu.Layout.WGMMA)
-                        part = t if part is None else part + t
-                    summed = part if summed is None else summed + part
-                write_y(summed)
+                write_y(fold_parts(
+                    lambda r: total if r == 0 else plgpu.load(recv.at[r - 1],
+                                                              layout=plgpu.Layout.WGMMA),
+                    splits, finish.groups))
 
         def specs(first):  # the pipeline's tiles from K-step `first` on
             return [plgpu.BlockSpec((WG_ROWS, step_k), lambda i: (tile, first + i),

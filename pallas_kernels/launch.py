@@ -19,7 +19,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from .common import current_k_shards
 
-__all__ = ["launch_split_k", "sum_splits", "sum_device_splits", "writes_partials"]
+__all__ = ["launch_split_k", "sum_splits", "sum_device_splits", "fold_parts", "writes_partials"]
 
 
 def writes_partials(split_k: int) -> bool:
@@ -76,22 +76,32 @@ def launch_split_k(body: Callable, operands: Sequence[jax.Array], *, m: int, n: 
     return y
 
 
+def fold_parts(part: Callable[[int], jax.Array], count: int, groups: int = 1) -> jax.Array:
+    """part(0) + part(1) + ... + part(count - 1), left to right -- or, with groups, each of
+    `groups` equal runs of consecutive parts so, then the runs' sums in order (a deterministic
+    K order of groups of parts). The one fold of K-ordered partials: XLA's sum of a launch's
+    slabs (sum_device_splits) and a decode cluster's in-kernel finish
+    (fp8_a16_decode_mgpu.plain_slabs), whose bits must be the same. part(i) is called just
+    before its addition (in a kernel: one load live at a time)."""
+    if groups < 1 or count % groups:
+        raise ValueError(f"{count} splits do not form {groups} equal groups")
+    per, total = count // groups, None
+    for g in range(groups):
+        run = part(g * per)
+        for i in range(g * per + 1, (g + 1) * per):
+            run = run + part(i)
+        total = run if total is None else total + run
+    return total
+
+
 def sum_device_splits(y: jax.Array, split_k: int, m: int, n: int,
                       groups: int = 1) -> jax.Array:
     """sum_splits of this device's float32 partials -- inside `common.k_shards`, of every
     device's, gathered first (device order along the axis is K order: splits stay in order).
-    groups: the splits form this many equal groups of consecutive ones, each summed in order,
-    then the groups' sums in order (a deterministic K order of groups of parts)."""
+    groups: fold_parts' groups of consecutive splits."""
     shards = current_k_shards()
     if shards is not None:
         y = jax.lax.all_gather(y, shards.axis, axis=0, tiled=True)
         split_k *= shards.count
-    if groups == 1:
-        return sum_splits(y, split_k, m, n)
-    if split_k % groups:
-        raise ValueError(f"{split_k} splits do not form {groups} equal groups")
-    y = y.reshape(groups, split_k // groups * m, n)
-    total = sum_splits(y[0], split_k // groups, m, n)
-    for g in range(1, groups):
-        total = total + sum_splits(y[g], split_k // groups, m, n)
-    return total
+    y = y.reshape(split_k, m, n)
+    return fold_parts(lambda s: y[s], split_k, groups)

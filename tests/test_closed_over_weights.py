@@ -61,8 +61,9 @@ def test_closed_over_weight_is_the_passed_weights_program(rng, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_gpu_closed_over_weight_gives_the_passed_weights_bits(rng, name):
     """The dispatcher's GPU paths at M = 1, 16 (the decode kernels, finished by XLA or in the
-    kernel), 8 (FP8 weight-only: one XLA GEMM of the stored codes; its autotuned algorithm is
-    cached per process, so both programs get the same one) and 64 (the mid-M kernels)."""
+    kernel), 8 (FP8 weight-only: one XLA GEMM of the stored codes -- both programs hold the
+    same GEMM fusion, so XLA's autotuner should pick one algorithm for both; not yet run) and
+    64 (the mid-M kernels)."""
     n, k = 1024, 2048
     qw = _weight(rng, name, n, k)
     closed = jax.jit(lambda x: jqlin.matmul(x, qw))
