@@ -36,8 +36,8 @@ import jax.numpy as jnp
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
 from pallas_kernels.act_quant import e4m3_codes, e4m3_group_codes, serves
-from pallas_kernels.fp8_a16_decode_mgpu import (decode_params, det_launch, det_order,
-                                                finish_note)
+from pallas_kernels.fp8_a16_decode_mgpu import (decode_params, det_fold_parts, det_launch,
+                                                det_order, finish_note)
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
@@ -69,9 +69,10 @@ _X_KIND = {Granularity.TENSOR: "tensor", Granularity.TOKEN: "row", Granularity.G
 # at M = 1-64 0.69-0.98x the time, H200)
 CODES_KERNEL_MIN_M = 1
 # From this M dynamic 1 x 128 groups take act_quant.e4m3_group_codes (amax and scales in the
-# codes pass: one launch, not three, and no XLA reduction over x). None: not routed -- written
-# in session 40 with no GPU lent; its GPU tests (test_act_quant, bitwise) come first
-GROUP_CODES_KERNEL_MIN_M: int | None = None
+# codes pass: one launch, not three, and no XLA reduction over x). Every M: bitwise the rule on
+# an H100 (session 46), and the codes took 0.36-0.68x the three launches' time at M = 1-4096,
+# K = 7168 / 18432 (the block W8A8 layer 0.95-0.98x)
+GROUP_CODES_KERNEL_MIN_M: int | None = 1
 _CODES = ("xla", "pallas", "pallas_group")
 
 _W_TC = KeyPattern(dtype=_E4M3, granularity=(Granularity.TENSOR, Granularity.CHANNEL),
@@ -234,14 +235,17 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
                         f"{weight})"}
     if path == "decode":
         splits, stages = decode_params(n, k)
-        order = ""
+        order, held, groups, folded = "", 1, 1, None
+        out = out_dtype or x_dtype
         if deterministic:  # (the Mosaic kernel's deterministic sums, to the bit)
-            groups, splits, _ = det_launch("fp8_a16_decode_mgpu", n, k, 1, None)
+            folded = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, out, interpret=interpret)
+            groups, splits, held = det_launch("fp8_a16_decode_mgpu", n, k, 1, folded)
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts, each K-block's "
                      f"chain from zero, added in K order by {groups} group(s)")
         blocks = ", each K-block's chain times its 128x128 block scale" if w_kind == "block" else ""
-        finished = finish_note("fp8_a16_decode_mgpu", m, n, splits, out_dtype or x_dtype,
-                               deterministic=deterministic, interpret=interpret)
+        finished = finish_note("fp8_a16_decode_mgpu", m, n, splits, out,
+                               deterministic=deterministic, interpret=interpret,
+                               range_parts=held, groups=groups, asked=True if folded else None)
         return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
                         f"tiles, several CTAs an SM, splits={splits}, stages={stages}"
                         f"{finished}{blocks}{order})"}
