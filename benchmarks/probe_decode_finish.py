@@ -22,6 +22,14 @@ kernels' det launch (det_order's 8 parts as K ranges) with `decode_slabs[det]` /
 `decode_fin[det]` (where each range is one part; else an error row). Prediction: decode_fin[det]
 ~1-2 us under decode_slabs[det] from N = 8192 (the default launch's gain there), over it at
 N = 4096 (8 ranges finished in the kernel were 1.7-3.1 us over 8 as slabs there, H100 s45).
+Measured (H100, session 46, h100_detfin{,_wide}_s46.json): decode_fin[det] under
+decode_slabs[det] only at 4096x28672 M = 1 (45.2 / 47.6 us) and M = 8 (46.3 / 49.3); over it
+everywhere else (M = 16 there 60.9 / 54.4; N = 4096 +1.5-3.7 us). Default mode there:
+41.2-42.2 us -- the det launch's 8 float32 slabs are the gap, not their adder. Session 46 then
+folds the parts in the CTA at default's K ranges (det_fold_parts): `<kernel>[det]` (the
+dispatcher) takes it at 4096x28672, 7168x24576 (one range) and 8192x8192 (two, one group
+each). Prediction: that row within 1.03x of default's at M = 1 / 8 / 16 there (4096x28672
+M = 16: ~43 us against 54.4).
 """
 
 from __future__ import annotations
@@ -40,10 +48,12 @@ GROUP_FMT = {"nvfp4_a16": "nvfp4", "mxfp4_a16": "mxfp4", "mxfp8_a16": "mxfp8"}
 KERNEL = {"nvfp4_a16": "pallas_nvfp4", "mxfp4_a16": "pallas_mxfp4", "mxfp8_a16": "pallas_mxfp8"}
 
 
-def finish_op(fmt: str, finish: bool, splits: int | None = None,
+def finish_op(fmt: str, finish: bool | None, splits: int | None = None,
               deterministic: bool = False) -> bench.Op:
     """The format's decode kernel at its launch rule's K ranges (or `splits` of them), its finish
-    in the kernel or by XLA; deterministic: deterministic mode's launch (det_order's parts)."""
+    in the kernel or by XLA (None: the kernel's own choice -- in deterministic mode
+    det_fold_parts' folded launch where it runs); deterministic: deterministic mode's launch
+    (det_order's parts)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
@@ -57,7 +67,8 @@ def finish_op(fmt: str, finish: bool, splits: int | None = None,
         return fp8_a16_decode_mgpu(x, qw.data, scale, scale_kind=kind, splits=splits,
                                    in_kernel_finish=finish, interpret=interpret,
                                    deterministic=deterministic)
-    name = ("decode_fin" if finish else "decode_slabs") + ("" if splits is None else f"@{splits}")
+    name = ({None: "decode_auto", True: "decode_fin", False: "decode_slabs"}[finish]
+            + ("" if splits is None else f"@{splits}"))
     return bench.Op(name, fmt, "det" if deterministic else "default", fn)
 
 
@@ -84,7 +95,8 @@ def main(argv=None) -> int:
         if args.det:
             ops += [bench.kernel_op(KERNEL.get(fmt, "pallas_fp8_w8a16"), fmt, deterministic=True),
                     finish_op(fmt, False, deterministic=True)] + (
-                [] if cpu else [finish_op(fmt, True, deterministic=True)])
+                [] if cpu else [finish_op(fmt, True, deterministic=True),
+                                finish_op(fmt, None, deterministic=True)])
     bench.run_and_report(shapes, tuple(int(v) for v in args.m.split(",")), ops, reps=args.reps,
                          out=args.out, smoke=cpu)
     return 0

@@ -20,8 +20,9 @@
 #   44: the NVFP4 W4A16 decode and its finishes, this tree and OLD_DIV -- a tree of 9ae5105 --
 #   one after the other), closed (session 45: a weight closed over by jit against one passed
 #   in, every format, bitwise; also in tests), detfin (session 45: deterministic mode's
-#   in-kernel finish -- its GPU tests, then probe_decode_finish --det); w8a8's tests include session 41's bounded per-token spec
-#   (fp8_ptpc_bounded);
+#   in-kernel finish -- its GPU tests, then probe_decode_finish --det), fold (session 46:
+#   deterministic mode's folded decode launch -- its GPU tests, then probe_decode_finish
+#   --det); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
@@ -221,6 +222,18 @@ if [[ $STAGES == *closed* ]]; then  # session 45: a closed-over weight's bits ar
     -p no:cacheprovider -m gpu tests/test_closed_over_weights.py > "$OUT/pytest_closed.log" 2>&1
   echo "pytest closed rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
     "$OUT/pytest_closed.log" | head -30
+fi
+if [[ $STAGES == *fold* ]]; then  # session 46: deterministic mode's folded decode launch
+  timeout "${T_FOLD_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+    --tb=short -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
+    -k "folded or deterministic_order or deterministic_in_kernel" > "$OUT/pytest_fold.log" 2>&1
+  echo "pytest fold rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
+    "$OUT/pytest_fold.log" | head -30
+  timeout "${T_FOLD:-160}" python3 benchmarks/probe_decode_finish.py --det \
+    --formats "${FOLD_FORMATS:-fp8_per_channel_a16}" \
+    --shapes "${FOLD_SHAPES:-4096x28672,8192x8192,7168x24576}" --m 1,8,16 \
+    --out "$OUT/fold.json" > "$OUT/fold.log" 2>&1
+  echo "probe fold rc=$?"; grep -vE "Warn|warn" "$OUT/fold.log" | grep -E "^[a-z]" | cut -c1-100
 fi
 if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
   timeout "${T_SPLITS:-150}" python3 benchmarks/probe_decode_finish.py \

@@ -26,7 +26,9 @@ decode_params' launch 0.93-1.11 at M=1, 0.95-1.09 at M=16 (18432x7168 0.93 / 0.9
 8192x57344 and 28672x8192 0.99-1.01; the rest 1.02-1.11).
 
 deterministic=True: fp8_block_a16_mgpu's deterministic sums (det_order), the same bits on the
-H200; the dispatcher's where fp8_paths.det_decode_wins (session 29).
+H200; the dispatcher's where fp8_paths.det_decode_wins (session 29). Since session 46 at
+default mode's K ranges where those are one or one a det_groups group (det_fold_parts): each
+CTA adds its parts as they close and y is written in the kernel -- no slabs, default's time.
 
 Not done in the CTA: with one range, applying the scale and writing y through a transposed
 staging slot (as fp8_block_a16_mgpu's out_t) measured the same on its own but faulted the
@@ -57,7 +59,8 @@ from .mgpu_common import (BLOCK, WG_ROWS, RowFinish, div_full, finish_rows, inte
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
            "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
-           "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N"]
+           "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N", "folds_parts",
+           "det_fold_parts", "DET_FOLD_KERNELS"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -84,6 +87,11 @@ MAX_CLUSTER = 8
 # 14336x4096), where a cluster's ranges wait on its slowest; the 4-bit / MX kernel's added
 # 0.9-6.6 us on all five shapes, so it finishes in the kernel only when asked.
 FINISH_IN_KERNEL_MIN_N = {"fp8_a16_decode_mgpu": 8192}
+# Kernels whose deterministic mode takes det_fold_parts' launch (in_kernel_finish and
+# range_parts unset): default mode's K ranges, each CTA folding its parts, y written in the
+# kernel. Its 8 parts as 8 ranges wrote 8 float32 slabs that XLA then read: at 4096x28672
+# M = 16, 53.6 us against default's 42.2 (H100, session 46).
+DET_FOLD_KERNELS = ("fp8_a16_decode_mgpu",)
 
 
 class DecodeParams(NamedTuple):
@@ -106,34 +114,44 @@ class KernelFinish(NamedTuple):
     groups: int = 1
 
 
+def folds_parts(splits: int, range_parts: int, groups: int) -> bool:
+    """Whether a launch whose `splits` K ranges hold range_parts K parts each can add them in
+    the kernel as fold_parts(all parts, groups) does: one part a range (range 0 folds the
+    cluster's by groups), one range (its CTA folds its parts by groups), or one range a group
+    (each CTA folds its group's run, range 0 the runs in order)."""
+    return range_parts == 1 or splits == 1 and range_parts % groups == 0 or splits == groups
+
+
 def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
-                       interpret: bool, range_parts: int = 1) -> bool:
+                       interpret: bool, range_parts: int = 1, groups: int = 1) -> bool:
     """Whether a launch of `splits` K ranges can finish in the kernel (KernelFinish): on a GPU
     (the interpreter has no clusters), outside k_shards (the slabs of every device are summed),
     with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or 16 (TMA's store tiles y's
     rows by 8: it drops rows past a shorter y, but a longer one must be whole tiles).
-    Deterministic mode only where each range is one of its K parts (range_parts 1): range 0
-    then adds them as XLA adds its slabs, by det_groups' groups (KernelFinish.groups)."""
-    return (not interpret and current_k_shards() is None and range_parts == 1
+    Deterministic mode's parts (range_parts of them a range, added by det_groups' `groups`)
+    where folds_parts says the kernel can add them as XLA adds their slabs."""
+    return (not interpret and current_k_shards() is None
+            and folds_parts(splits, range_parts, groups)
             and jnp.dtype(out_dtype).itemsize == 2 and splits <= MAX_CLUSTER
             and (m <= 8 or m % 8 == 0))
 
 
 def takes_kernel_finish(kernel: str, m: int, n: int, splits: int, out_dtype, *,
                         deterministic: bool, interpret: bool, asked: bool | None,
-                        range_parts: int = 1) -> bool:
+                        range_parts: int = 1, groups: int = 1) -> bool:
     """Whether `kernel`'s launch (y (M, N)) finishes in the kernel: `asked` (its
     in_kernel_finish) True requires it (an error naming `kernel` where finishes_in_kernel
     refuses), False refuses it, None takes it where it can run, in default mode, and N
-    reaches the kernel's FINISH_IN_KERNEL_MIN_N (deterministic mode's cluster finish, session
-    45, is not measured yet: asked for only)."""
+    reaches the kernel's FINISH_IN_KERNEL_MIN_N. (Deterministic mode: the kernel asks for it
+    itself where it takes det_fold_parts' launch.)"""
     can = finishes_in_kernel(m, splits, out_dtype, deterministic=deterministic,
-                             interpret=interpret, range_parts=range_parts)
+                             interpret=interpret, range_parts=range_parts, groups=groups)
     if asked and not can:
         raise ValueError(f"{kernel}: in_kernel_finish=True needs a GPU launch outside "
-                         f"k_shards, a 16-bit output, at most {MAX_CLUSTER} K ranges of one "
-                         f"part each and M <= 8 or a multiple of 8; got M={m}, "
-                         f"splits={splits}, range_parts={range_parts}, "
+                         f"k_shards, a 16-bit output, at most {MAX_CLUSTER} K ranges -- of "
+                         f"one K part each, or one range, or one range a group of parts -- "
+                         f"and M <= 8 or a multiple of 8; got M={m}, splits={splits}, "
+                         f"range_parts={range_parts}, groups={groups}, "
                          f"out_dtype={jnp.dtype(out_dtype)}, deterministic={deterministic}, "
                          f"interpret={interpret}")
     if asked is None:
@@ -143,15 +161,19 @@ def takes_kernel_finish(kernel: str, m: int, n: int, splits: int, out_dtype, *,
 
 
 def finish_note(kernel: str, m: int, n: int, splits: int, out_dtype, *, deterministic: bool,
-                interpret: bool) -> str:
-    """explain()'s words for who adds `kernel`'s default launch's K ranges and rounds its
-    output."""
+                interpret: bool, range_parts: int = 1, groups: int = 1,
+                asked: bool | None = None) -> str:
+    """explain()'s words for who adds `kernel`'s launch's K ranges (deterministic mode: their
+    range_parts K parts each, by `groups`) and rounds its output."""
     if takes_kernel_finish(kernel, m, n, splits, out_dtype, deterministic=deterministic,
-                           interpret=interpret, asked=None):
+                           interpret=interpret, asked=asked, range_parts=range_parts,
+                           groups=groups):
         ranges = (f"its {splits} K ranges one cluster, range 0 adding the others' totals"
                   if splits > 1 else "one K range")
+        if range_parts > 1:
+            ranges = f"each CTA folding its {range_parts} K parts, " + ranges
         return f", finished in the kernel ({ranges}, y written by the CTAs)"
-    return ", ranges added by XLA" if splits > 1 else ""
+    return ", ranges added by XLA" if splits * range_parts > 1 else ""
 
 
 def decode_fits(m: int, n: int, k: int) -> bool:
@@ -217,6 +239,27 @@ def det_launch(kernel: str, n: int, k: int, least: int,
     return groups, local // range_parts, range_parts
 
 
+def det_fold_parts(kernel: str, m: int, n: int, k: int, out_dtype, *,
+                   interpret: bool) -> int | None:
+    """Deterministic mode's folded launch, where `kernel` takes it (DET_FOLD_KERNELS): default
+    mode's K ranges (decode_params) where they are one or one a det_groups group, each CTA adding
+    its K parts as XLA adds their slabs and the launch finishing y in the kernel -- the parts a
+    range then holds; None where it cannot run (an M or output the in-kernel finish refuses,
+    k_shards, the interpreter) or default's ranges split a group."""
+    if kernel not in DET_FOLD_KERNELS:
+        return None
+    parts, groups, local = det_order(n, k)
+    ranges = decode_params(n, k).splits
+    if ranges not in (1, groups) or local != parts or local % ranges:
+        return None
+    held = local // ranges
+    if held == 1 or not finishes_in_kernel(m, ranges, out_dtype, deterministic=True,
+                                           interpret=interpret, range_parts=held,
+                                           groups=groups):
+        return None
+    return held
+
+
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
@@ -240,7 +283,9 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     in_kernel_finish: the ranges' sum, the scale and the rounding in the kernel (KernelFinish;
     the same bits as XLA's finish of the slabs) -- None: takes_kernel_finish's default, False:
     never (the slabs and XLA's pass), True: required (an error where it cannot run; in
-    deterministic mode where each range is one K part, the parts added by det_groups)."""
+    deterministic mode where folds_parts says the kernel can add the parts by det_groups).
+    Deterministic mode with both unset takes det_fold_parts' launch where it runs (default's
+    K ranges, each CTA folding its parts, y written in the kernel: the same bits)."""
     m, k = x.shape
     n = w.shape[0]
     if scale_kind not in SCALE_KINDS:
@@ -261,10 +306,15 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
                          f"{WG_ROWS} and K of {BLOCK}; got M={m}, N={n}, K={k}")
     auto = decode_params(n, k)
     groups = 1
+    out_dtype = jnp.dtype(out_dtype or x.dtype)
     if deterministic:
         if splits is not None:
             raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits unset")
+        if range_parts is None and in_kernel_finish is None:
+            range_parts = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, out_dtype,
+                                         interpret=interpret)
+            in_kernel_finish = True if range_parts else None
         groups, splits, range_parts = det_launch("fp8_a16_decode_mgpu", n, k, 1, range_parts)
     elif range_parts is not None:
         raise ValueError("fp8_a16_decode_mgpu: range_parts is deterministic mode's")
@@ -272,7 +322,6 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     if k % (BLOCK * splits):
         raise ValueError(f"fp8_a16_decode_mgpu: K={k} is not {splits} ranges of whole "
                          f"{BLOCK}-wide blocks")
-    out_dtype = jnp.dtype(out_dtype or x.dtype)
     per_block = None  # scales the CTAs apply to each K-block's chain
     if scale_kind == "block":  # (the columns padded for TMA's 16-byte rows)
         per_block = jnp.pad(w_scale, ((0, 0), (0, -(k // BLOCK) % 4)))
@@ -281,7 +330,8 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
     finish = None
     if takes_kernel_finish("fp8_a16_decode_mgpu", m, n, splits, out_dtype,
                            deterministic=deterministic, interpret=interpret,
-                           asked=in_kernel_finish, range_parts=range_parts or 1):
+                           asked=in_kernel_finish, range_parts=range_parts or 1,
+                           groups=groups):
         finish = KernelFinish(out_dtype, m, RowFinish(
             None if per_block is not None else w_scale.reshape(-1), 1.0, "mul"), groups)
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
@@ -317,7 +367,9 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     necessarily of whole steps), each part's total kept apart and stored as its own slab --
     (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
     be one CTA each (nor hold whole steps).
-    finish (range_parts 1): the launch returns y (finish.rows, N) itself (KernelFinish).
+    finish: the launch returns y (finish.rows, N) itself (KernelFinish); with range_parts > 1
+    (folds_parts: one range, or one range a group) each CTA adds its parts' totals as they
+    close, by finish.groups' runs, instead of storing them -- fold_parts' additions.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -334,14 +386,15 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
         raise ValueError(f"plain_slabs: range_parts must split each of the {splits} K ranges "
                          f"into equal parts of whole K-blocks ('block' chains), got "
                          f"{range_parts} for K={k}")
-    if finish is not None and (range_parts != 1 or splits > MAX_CLUSTER or finish.rows != m
-                               or finish.row.op not in ("mul", "div")
-                               or jnp.dtype(finish.out_dtype).itemsize != 2
-                               or finish.groups < 1 or splits % finish.groups
-                               or not (m <= 8 or m % 8 == 0)):
-        raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, at most "
-                         f"{MAX_CLUSTER} ranges, a 16-bit output and M <= 8 or a multiple of "
-                         f"8 (x's rows), groups dividing the ranges; got "
+    if finish is not None and (
+            not folds_parts(splits, range_parts, finish.groups) or splits > MAX_CLUSTER
+            or finish.rows != m or finish.row.op not in ("mul", "div")
+            or jnp.dtype(finish.out_dtype).itemsize != 2 or finish.groups < 1
+            or (splits * range_parts) % finish.groups or not (m <= 8 or m % 8 == 0)):
+        raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, one "
+                         f"range or one range a group, at most {MAX_CLUSTER} ranges, a 16-bit "
+                         f"output and M <= 8 or a multiple of 8 (x's rows), groups dividing "
+                         f"the parts; got "
                          f"range_parts={range_parts}, splits={splits}, "
                          f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}, "
                          f"groups={finish.groups}")
@@ -404,12 +457,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                        cluster_dim="range")
 
             @pl.when(split == 0)
-            def _add():  # XLA's fold of the slabs (groups: deterministic mode's det_groups)
+            def _add():  # XLA's fold of the slabs (groups: deterministic mode's det_groups;
+                # ranges that folded a group each send its run: added in order)
                 plgpu.barrier_wait(recv_bar)
                 write_y(fold_parts(
                     lambda r: total if r == 0 else plgpu.load(recv.at[r - 1],
                                                               layout=plgpu.Layout.WGMMA),
-                    splits, finish.groups))
+                    splits, finish.groups if range_parts == 1 else 1))
 
         def specs(first):  # the pipeline's tiles from K-step `first` on
             return [plgpu.BlockSpec((WG_ROWS, step_k), lambda i: (tile, first + i),
@@ -452,6 +506,28 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                     row = plgpu.load(cs_smem, layout=plgpu.Layout.WGMMA.reduce(1))
 
             part_blocks = steps * blocks // range_parts
+            folds = finish is not None and range_parts > 1
+            # (folding: this CTA's groups of parts -- all of finish.groups with one range, else
+            # its one group -- and the parts a run)
+            runs = (finish.groups if splits == 1 else 1) if folds else 1
+            per_run = range_parts // runs
+
+            def fold_block(carry, part, b):  # K-block b (of the range) joins its part; a
+                # closing part joins its run, a closing run the total (fold_parts' additions)
+                cur, run, *total = carry
+                cur = cur + part
+                q = lax.div(b, part_blocks)
+
+                def where(c, a, o):
+                    return lax.select(lax.broadcast_in_dim(c, a.shape, ()), a, o)
+                closes = lax.rem(b + 1, part_blocks) == 0
+                new_run = where(lax.rem(q, per_run) == 0, cur, run + cur)
+                if total:  # (several runs: the closed ones' sum apart)
+                    ends = jnp.logical_and(closes, lax.rem(q, per_run) == per_run - 1)
+                    total = [where(ends, where(q < per_run, new_run, total[0] + new_run),
+                                   total[0])]
+                return (where(closes, zero_total(part.shape), cur),
+                        where(closes, new_run, run), *total)
 
             def block_xt(x_smem, j):
                 return (x_smem if blocks == 1 else
@@ -477,6 +553,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                         part = part * lax.broadcast_in_dim(cs_smem[0, kb], part.shape, ())
                     if range_parts == 1:  # (one total: the carry as before range_parts)
                         totals = totals + part
+                    elif folds:
+                        totals = fold_block(totals, part, idx[0] * blocks + j)
                     else:  # (the K-block's part of the range: its total alone takes it)
                         q = lax.div(idx[0] * blocks + j, part_blocks)
                         totals = tuple(
@@ -484,10 +562,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                             for p, t in enumerate(totals))
                 return totals
 
+            carried = 1 if range_parts == 1 else (2 + (runs > 1)) if folds else range_parts
             totals = plgpu.emit_pipeline(
                 step, grid=(steps,), max_concurrent_steps=stages, in_specs=specs(split * steps),
-                init_carry=zero_total((WG_ROWS, block_m)) if range_parts == 1 else tuple(
-                    zero_total((WG_ROWS, block_m)) for _ in range(range_parts)))(*refs[:piped])
+                init_carry=zero_total((WG_ROWS, block_m)) if carried == 1 else tuple(
+                    zero_total((WG_ROWS, block_m)) for _ in range(carried)))(*refs[:piped])
+            if folds:  # (one run: it is the total)
+                return store(totals[-1], out_smem)
             for p, total in enumerate((totals,) if range_parts == 1 else totals):
                 store(total, out_smem, None if range_parts == 1 else split * range_parts + p)
 

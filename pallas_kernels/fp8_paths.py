@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .fp8_a16_decode_mgpu import decode_fits
+from .fp8_a16_decode_mgpu import decode_fits, det_fold_parts
 from .fp8_block_a16_mgpu import mid_m_fills
 from .fp8_dense import FUSED_CONVERT_MAX_M
 from .mgpu_common import BLOCK
@@ -80,6 +80,12 @@ DECODE_BLOCK_MAX_K = 14336
 # 4096x6144 0.96 / 1.07, 4096x28672 1.04 / 1.00, 14336x4096 1.05 / 1.07; 8192x10240 1.07 /
 # 1.03 (left to the Mosaic kernel: one shape, within 7%), 7168x24576 1.00 / 0.97, 8192x57344
 # 0.94 / 0.92.
+# Also, since session 46, wherever the kernel folds its parts in the CTA at default mode's K
+# ranges (det_fold_parts) -- with block scales up to DECODE_BLOCK_MAX_K, as default mode. H100
+# (probe_decode_finish.py --det, h100_fold_auto_s46.json, same run), per-channel, M = 1 / 16,
+# the fold / default mode: 4096x28672 1.01 / 1.01, 8192x8192 1.00 / 1.01, 7168x24576 1.00 /
+# 1.02, 18432x7168 0.98 / 0.98, where deterministic mode took 1.13 (the slabs) / 1.25 (the
+# Mosaic kernel, as on the other three: 1.08 / 1.09, 1.10 / 1.12, 1.05 / 1.06).
 # (The interpreter keeps the Mosaic kernel: there its x tile, not the GPU's, sets the bits.)
 DET_DECODE_MAX_SIDE = 4096
 DET_DECODE_MAX_N = 16384
@@ -93,16 +99,22 @@ def mosaic_wgmma_ok(interpret: bool) -> bool:
     return dev.platform == "gpu" and str(getattr(dev, "compute_capability", "")).startswith("9.")
 
 
-def det_decode_wins(m: int, n: int, k: int, interpret: bool) -> bool:
+def det_decode_wins(m: int, n: int, k: int, interpret: bool, out_dtype=jnp.bfloat16,
+                    w_scale_kind: str = "channel") -> bool:
     """Whether deterministic mode runs this weight-only product on the plain decode kernel (in
-    the Mosaic kernel's order, the same bits) rather than on the Mosaic kernel."""
-    return (not interpret and decode_fits(m, n, k) and min(n, k) <= DET_DECODE_MAX_SIDE
-            and (m <= 8 or n <= DET_DECODE_MAX_N))
+    the Mosaic kernel's order, the same bits) rather than on the Mosaic kernel (out_dtype: the
+    product's output, which decides whether the kernel can fold its parts in the CTA)."""
+    if interpret or not decode_fits(m, n, k):
+        return False
+    if min(n, k) <= DET_DECODE_MAX_SIDE and (m <= 8 or n <= DET_DECODE_MAX_N):
+        return True
+    return ((w_scale_kind != "block" or k <= DECODE_BLOCK_MAX_K) and det_fold_parts(
+        "fp8_a16_decode_mgpu", m, n, k, out_dtype, interpret=interpret) is not None)
 
 
 def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: bool,
              config=None, path: str | None = None, interpret: bool = False,
-             n: int = 0, k: int = 0, x_dtype=None) -> str:
+             n: int = 0, k: int = 0, x_dtype=None, out_dtype=None) -> str:
     """'dense' when every scale is constant along K, at M >= DENSE_MIN_M weight-only and at
     M >= W8A8_DENSE_MIN_M with fp8 activations; where wgmma exists,
     'mgpu' for block-scaled W8A8 (128x128 weight blocks, 1x128 activation groups) at M >=
@@ -111,7 +123,7 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     its launch fills its waves (fp8_block_a16_mgpu.mid_m_fills) and M is outside
     DENSE_A16_DECODE_M, else 'dense', and below that 'decode' (fp8_a16_decode_mgpu) at
     M <= DECODE_MAX_M -- whole-K scales outside DENSE_A16_DECODE_M, block scales up to
-    DECODE_BLOCK_MAX_K; else 'pallas'.
+    DECODE_BLOCK_MAX_K; else 'pallas'. out_dtype: the output's (None: x_dtype).
     deterministic: for that weight-only case 'mgpu' at every M, except 'decode' (the same
     order, the same bits) where det_decode_wins; else 'pallas'."""
     if path is not None:
@@ -125,7 +137,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     if deterministic:
         if not (a16_mgpu and mosaic_wgmma_ok(interpret)):
             return "pallas"
-        return "decode" if det_decode_wins(m, n, k, interpret) else "mgpu"
+        return "decode" if det_decode_wins(m, n, k, interpret, out_dtype or x_dtype,
+                                           w_scale_kind) else "mgpu"
     dense_min = DENSE_MIN_M if x_scale_kind == "none" else W8A8_DENSE_MIN_M
     whole_k = x_scale_kind in ("none", "tensor", "row") and w_scale_kind in ("tensor", "channel")
     if m >= dense_min and whole_k:

@@ -45,7 +45,8 @@ def w8a16_matmul(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: 
     m, k = x.shape
     path = fp8_path(m, x_scale_kind="none", w_scale_kind=scale_kind,
                     deterministic=deterministic, config=config, path=path,
-                    interpret=interpret, n=w.shape[0], k=k, x_dtype=x.dtype)
+                    interpret=interpret, n=w.shape[0], k=k, x_dtype=x.dtype,
+                    out_dtype=out_dtype)
     # only the Triton path has tiles (and k_shards would check them against its schedule)
     cfg = w8a16_config(m, w.shape[0], k, scale_kind=scale_kind, x_dtype=x.dtype,
                        deterministic=deterministic, config=config) if path == "pallas" else None

@@ -197,7 +197,8 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
               RowFinish(None, f.post_factor, "mul"))  # (MX: the factor alone)
     in_kernel = takes_kernel_finish("group_a16_decode_mgpu", m, n, splits, out_dtype,
                                     deterministic=deterministic, interpret=interpret,
-                                    asked=in_kernel_finish, range_parts=range_parts or 1)
+                                    asked=in_kernel_finish, range_parts=range_parts or 1,
+                                    groups=groups)
     y = plain_slabs(x, codes, lax.bitcast_convert_type(w_scale, jnp.uint8), splits=splits,
                     stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
                     chains="block" if deterministic else "range",

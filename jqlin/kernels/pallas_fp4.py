@@ -289,7 +289,8 @@ def _describe_path(path, m, n, k, qw, spec, fmt, dequant, deterministic, out_dty
                      f"zero, added in K order by {groups} group(s)")
         finished = finish_note("group_a16_decode_mgpu", m, n, splits, out_dtype,
                                deterministic=deterministic,
-                               interpret=jax.default_backend() == "cpu")
+                               interpret=jax.default_backend() == "cpu",
+                               **(dict(range_parts=held, groups=groups) if deterministic else {}))
         return {"path": f"decode (Mosaic GPU plain-pipeline swap-AB kernel, 64-row weight tiles,"
                         f" several CTAs an SM, codes decoded in registers ({load}), "
                         f"splits={splits}, stages={stages}"

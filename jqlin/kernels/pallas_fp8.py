@@ -224,7 +224,7 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
     x_kind = "none" if kernel == W8A16.name else _X_KIND[spec.activation.granularity]
     interpret = jax.default_backend() == "cpu"  # the dispatcher interprets there
     path = fp8_path(m, x_scale_kind=x_kind, w_scale_kind=w_kind, deterministic=deterministic,
-                    interpret=interpret, n=n, k=k, x_dtype=x_dtype)
+                    interpret=interpret, n=n, k=k, x_dtype=x_dtype, out_dtype=out_dtype)
     if path == "dense":
         weight = ""  # (fp8 x fp8: the codes as they are)
         if kernel == W8A16.name:

@@ -3,7 +3,8 @@ interpreter (outputs start as NaN) within the float64 bound at M=1..16 with one 
 several added by XLA, for per-channel, per-tensor and (session 28, path='decode' only) 128x128
 block scales; it lowers for CUDA on CPU (with session 42's in-kernel finish too);
 its launch rule and its argument checks; on the GPU (marked) the same at real sizes, and the
-in-kernel finish bitwise XLA's finish of the slabs."""
+in-kernel finish bitwise XLA's finish of the slabs; deterministic mode's parts folded in the CTA
+(session 46) bitwise their slabs' fold, in the interpreter (one range) and on the GPU."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN
                                                 FINISH_IN_KERNEL_MIN_N, MAX_CLUSTER,
                                                 MAX_STAGES, RESIDENT_CTAS, _fill, decode_fits,
                                                 decode_params, det_order, finish_note,
-                                                finishes_in_kernel, fp8_a16_decode_mgpu,
-                                                takes_kernel_finish)
-from pallas_kernels.mgpu_common import BLOCK, WG_ROWS
+                                                det_fold_parts, finishes_in_kernel,
+                                                folds_parts, fp8_a16_decode_mgpu, plain_slabs,
+                                                KernelFinish, takes_kernel_finish)
+from pallas_kernels.launch import fold_parts
+from pallas_kernels.mgpu_common import BLOCK, WG_ROWS, RowFinish
 
 # float32 sums of exact bf16 x bf16(e4m3) products (wgmma), one scale multiply
 ACC_RTOL = 1e-5
@@ -254,8 +257,9 @@ def test_gpu_matches_float64(rng, kind, k, n):
 
 def test_finish_in_kernel_rule():
     """The in-kernel finish (clusters, st.async, stmatrix .trans) runs on a GPU with a 16-bit
-    output, at most MAX_CLUSTER ranges of one part each and M <= 8 or a multiple of 8; by
-    default in default mode only (deterministic mode's is asked for: session 45, unmeasured)."""
+    output, at most MAX_CLUSTER ranges -- of one part each, or one range, or one range a group
+    of parts (folds_parts) -- and M <= 8 or a multiple of 8; asked=None takes it in default mode
+    (deterministic mode's launch asks for it itself: det_fold_parts)."""
     ok = dict(deterministic=False, interpret=False)
     assert finishes_in_kernel(1, 4, jnp.bfloat16, **ok)
     assert finishes_in_kernel(16, MAX_CLUSTER, jnp.float16, **ok)
@@ -265,7 +269,12 @@ def test_finish_in_kernel_rule():
     assert not finishes_in_kernel(1, 4, jnp.float32, **ok)
     assert finishes_in_kernel(1, 8, jnp.bfloat16, deterministic=True, interpret=False)
     assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=True, interpret=False,
-                                  range_parts=2)  # (a range's parts would be slabs of their own)
+                                  range_parts=2)  # (ranges would split a run: slabs of their own)
+    for splits, held, groups, want in ((1, 8, 1, True), (1, 8, 2, True), (2, 4, 2, True),
+                                       (4, 2, 2, False), (2, 4, 1, False), (1, 3, 2, False)):
+        assert folds_parts(splits, held, groups) is want, (splits, held, groups)
+        assert finishes_in_kernel(1, splits, jnp.bfloat16, deterministic=True, interpret=False,
+                                  range_parts=held, groups=groups) is want
     assert not finishes_in_kernel(1, 4, jnp.bfloat16, deterministic=False, interpret=True)
     det = dict(deterministic=True, interpret=False)
     least = FINISH_IN_KERNEL_MIN_N["fp8_a16_decode_mgpu"]
@@ -420,3 +429,95 @@ def test_gpu_in_kernel_finish_is_xlas_finish_bitwise(rng, kind, k, n):
                                           np.asarray(run[False].astype(jnp.float32)),
                                           err_msg=f"M={m} splits={splits}")
             _check(run[True], x, w, ws)
+
+
+@pytest.mark.parametrize("m,blocks,held,groups", [(1, 1, 8, 1), (8, 1, 4, 2), (5, 2, 8, 1),
+                                                  (16, 2, 8, 2), (3, 4, 2, 2)])
+def test_folded_parts_are_the_slabs_fold_in_the_interpreter(rng, m, blocks, held, groups):
+    """One K range folding its `held` parts in the CTA (det_fold_parts' launch, session 46)
+    gives y as fold_parts of the same launch's per-part slabs does, bit for bit -- parts ending
+    inside a pipeline step (blocks 2 / 4 with one or two K-blocks a part) and two groups' runs
+    included. (The interpreter has no clusters: one range only; the GPU test covers two.)"""
+    n, k = 128, 1024
+    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
+    scales = jnp.asarray(rng.uniform(0.01, 2, (n,)), jnp.float32)
+    launch = dict(splits=1, stages=2, blocks=blocks, chains="block", chain_scales=scales,
+                  range_parts=held, interpret=True,
+                  a_tile=lambda w_ref, _: w_ref[...].astype(jnp.float32).astype(jnp.bfloat16))
+    slabs = plain_slabs(x, w, **launch)
+    assert slabs.shape[0] == held
+    want = fold_parts(lambda p: slabs[p], held, groups)[:, :m].T.astype(jnp.bfloat16)
+    got = plain_slabs(x, w, **launch, finish=KernelFinish(jnp.bfloat16, m, RowFinish(
+        None, 1.0, "mul"), groups))
+    assert got.shape == (m, n) and got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)),
+                                  np.asarray(want.astype(jnp.float32)))
+    wd = np.asarray(w.astype(jnp.float32), np.float64) * np.asarray(scales, np.float64)[:, None]
+    xd = np.asarray(x.astype(jnp.float32), np.float64)
+    assert_within_bound(got, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, ACC_RTOL, jnp.bfloat16)
+
+
+def test_deterministic_fold_rule():
+    """Deterministic mode folds where default mode's K ranges (decode_params) are one, or one a
+    det_groups group, and the in-kernel finish runs; else its parts stay 8 K ranges of slabs."""
+    bf16 = jnp.bfloat16
+    fold = "fp8_a16_decode_mgpu"
+    for (n, k), held in (((28672, 4096), 8), ((24576, 7168), 8), ((8192, 8192), 4),
+                         ((7168, 18432), 4), ((4096, 4096), None), ((6144, 4096), None)):
+        if decode_params(n, k).splits in (1, det_order(n, k)[1]):
+            assert held
+        assert det_fold_parts(fold, 1, n, k, bf16, interpret=False) == held, (n, k)
+    assert det_fold_parts(fold, 16, 28672, 4096, jnp.float16, interpret=False) == 8
+    assert det_fold_parts(fold, 12, 28672, 4096, bf16, interpret=False) is None  # (y's tiles)
+    assert det_fold_parts(fold, 1, 28672, 4096, jnp.float32, interpret=False) is None
+    assert det_fold_parts(fold, 1, 28672, 4096, bf16, interpret=True) is None
+    assert det_fold_parts("group_a16_decode_mgpu", 1, 28672, 4096, bf16, interpret=False) is None
+
+
+@pytest.mark.parametrize("m,n,k,kind", [(1, 28672, 4096, "channel"), (16, 24576, 7168, "block"),
+                                        (8, 8192, 8192, "tensor")])
+def test_deterministic_fold_lowers_for_cuda_on_cpu(m, n, k, kind):
+    """Deterministic mode's default launch where det_fold_parts takes it: one custom call writing
+    y, no XLA sum after it; explain() names the fold."""
+    x = jnp.ones((m, k), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
+    ws = jax.ShapeDtypeStruct({"channel": (n, 1), "tensor": (1, 1),
+                               "block": (-(-n // 128), k // 128)}[kind], jnp.float32)
+    lowered = jax.jit(lambda *a: fp8_a16_decode_mgpu(*a, scale_kind=kind, deterministic=True)
+                      ).trace(x, w, ws).lower(lowering_platforms=("cuda",))
+    assert lowered.out_info.shape == (m, n) and lowered.out_info.dtype == jnp.bfloat16
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call") == 1 and "mosaic_gpu" in text
+    assert "stablehlo.add" not in text and "stablehlo.transpose" not in text
+    held = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, jnp.bfloat16, interpret=False)
+    splits = det_order(n, k)[2] // held
+    note = finish_note("fp8_a16_decode_mgpu", m, n, splits, jnp.bfloat16, deterministic=True,
+                       interpret=False, range_parts=held, groups=det_order(n, k)[1], asked=True)
+    assert f"each CTA folding its {held} K parts" in note
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["channel", "tensor", "block"])
+@pytest.mark.parametrize("k,n,held", [(4096, 28672, 8), (8192, 8192, 4), (4096, 1088, 8),
+                                      (4096, 1088, 4)])
+def test_gpu_deterministic_folded_parts_are_the_slabs_bitwise(rng, kind, k, n, held):
+    """Each CTA folding its parts (session 46): one range of 8 (one run at N = 28672, two runs
+    at 1088) or two ranges of one group each, a cluster adding the runs (8192, 1088) -- y is
+    the slab path's bit for bit, the dispatcher's default det launch is too, and row 0 is the
+    same alone and inside M = 7, 8, 16."""
+    x_all, w, ws = _operands(rng, 16, n, k, jnp.bfloat16, kind)
+    alone = None
+    for m in (1, 7, 8, 16):
+        x = x_all[:m]
+        run = {f: jax.jit(lambda *a, f=f: fp8_a16_decode_mgpu(
+            *a, scale_kind=kind, deterministic=True, in_kernel_finish=f,
+            range_parts=None if f is None else held if f else 1))(x, w, ws)
+            for f in (False, True, None)}
+        slabs = np.asarray(run[False].astype(jnp.float32))
+        for f in (True, None):
+            np.testing.assert_array_equal(np.asarray(run[f].astype(jnp.float32)), slabs,
+                                          err_msg=f"M={m} in_kernel_finish={f}")
+        alone = slabs[0] if alone is None else alone
+        np.testing.assert_array_equal(slabs[0], alone, err_msg=f"row 0 inside M={m}")
+        _check(run[True], x, w, ws)

@@ -363,10 +363,17 @@ def test_paths_are_chosen_only_in_default_mode():
     assert {a16(m, w_scale_kind="block", **{**shape, "k": DECODE_BLOCK_MAX_K + 128})
             for m in (1, 16)} == {"mgpu"}
     # deterministic mode: the plain kernel in the Mosaic kernel's order where N or K <= 4096,
-    # on the GPU only (the interpreter's x tile sets its bits there)
+    # and where it folds its parts at default's K ranges (session 46), on the GPU only (the
+    # interpreter's x tile sets its bits there)
     assert det_decode_wins(1, 4096, 4096, False) and det_decode_wins(16, 4096, 14336, False)
     assert det_decode_wins(8, 28672, 4096, False) and not det_decode_wins(9, 28672, 4096, False)
-    assert not det_decode_wins(1, 8192, 8192, False) and not det_decode_wins(17, 4096, 4096, False)
+    assert det_decode_wins(16, 28672, 4096, False)  # (the fold: y's rows whole tiles of 8)
+    assert not det_decode_wins(16, 28672, 4096, False, jnp.float32)  # (no fold: f32 out)
+    assert det_decode_wins(1, 8192, 8192, False) and det_decode_wins(16, 24576, 7168, False)
+    assert det_decode_wins(1, 7168, 18432, False)
+    assert not det_decode_wins(1, 7168, 18432, False, w_scale_kind="block")  # (K: Mosaic's)
+    assert not det_decode_wins(1, 6144, 8192, False)  # (default's 4 ranges split a group)
+    assert not det_decode_wins(17, 4096, 4096, False)
     assert not det_decode_wins(1, 4096, 4096, True) and not det_decode_wins(1, 200, 256, False)
     assert not widens(256, 384, jnp.bfloat16, hi) and widens(256, 384, jnp.bfloat16, 1024)
     assert a16(1, w_scale_kind="block", **{**shape, "interpret": False}) == (
@@ -594,6 +601,21 @@ def test_gpu_batch_invariant_rows(rng, fmt):
         assert [p.split(" ")[0] for p in paths] == ["decode", "decode", "mgpu"], paths
         assert "deterministic order" in paths[0], paths[0]
     assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 64, 255, 4096), fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,k,n", [("fp8_per_channel_a16", 4096, 28672),
+                                     ("fp8_block_a16", 8192, 8192),
+                                     ("fp8_per_tensor_a16", 18432, 7168)])
+def test_gpu_folded_decode_rows_are_batch_invariant(rng, fmt, k, n):
+    """Deterministic mode's folded decode launch (session 46: rows 1-8 and 16, the parts added
+    in the CTA) against the Mosaic kernel's deterministic rows (M >= 17) and the slab launch
+    (M = 9-15), bf16 out, bitwise: row i alone equals row i inside M = 2, 7, 12, 16, 64."""
+    from jqlin.kernels.pallas_fp8 import describe_config
+    _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
+    path = describe_config(KERNEL_OF[fmt], 1, qw, qw.spec, jnp.bfloat16, True)["path"]
+    assert path.startswith("decode") and "folding its" in path, path
+    assert_rows_batch_invariant(qw, k, jnp.bfloat16, rng, (2, 7, 12, 16, 64), fmt)
 
 
 @pytest.mark.gpu
