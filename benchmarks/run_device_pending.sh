@@ -22,8 +22,10 @@
 #   in, every format, bitwise; also in tests), detfin (session 45: deterministic mode's
 #   in-kernel finish -- its GPU tests, then probe_decode_finish --det), fold (session 46:
 #   deterministic mode's folded decode launch -- its GPU tests, then probe_decode_finish
-#   --det); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
+#   --det), smallm (session 46: FP8 weight-only M = 2-8, XLA's dense GEMM -- the dispatcher's
+#   -- beside the decode kernel's two finishes); w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
+#   and (session 46) test_subnormal_scales (the FP8 kernels apply subnormal float32 scales)
 #   OLD=<dir>  an earlier tree (git archive ... | tar -x -C build/old): the act stage times its
 #              NVFP4 operand and FP8 codes kernels beside this tree's (the NaN handling's cost)
 #   M_LIST, K_LIST, SHAPES: the act / mx stages' sizes; T_*: the boxes (s)
@@ -46,7 +48,7 @@ if [[ $STAGES == *tests* ]]; then
   timeout "${T_TESTS:-360}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
     tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
     tests/test_transforms.py tests/test_dispatch.py tests/test_formats.py tests/test_qweight.py \
-    tests/test_closed_over_weights.py \
+    tests/test_closed_over_weights.py tests/test_subnormal_scales.py \
     > "$OUT/pytest_act.log" 2>&1; echo "pytest act rc=$?"
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi
@@ -234,6 +236,13 @@ if [[ $STAGES == *fold* ]]; then  # session 46: deterministic mode's folded deco
     --shapes "${FOLD_SHAPES:-4096x28672,8192x8192,7168x24576}" --m 1,8,16 \
     --out "$OUT/fold.json" > "$OUT/fold.log" 2>&1
   echo "probe fold rc=$?"; grep -vE "Warn|warn" "$OUT/fold.log" | grep -E "^[a-z]" | cut -c1-100
+fi
+if [[ $STAGES == *smallm* ]]; then  # session 46: FP8 weight-only M = 2-8, dense vs the decode
+  # kernel (its in-kernel finish from N = 8192 beat the dense GEMM at M = 8 on 3 shapes, H100)
+  timeout "${T_SMALLM:-300}" python3 benchmarks/probe_decode_finish.py \
+    --formats "${SM_FORMATS:-fp8_per_channel_a16}" --shapes "${SM_SHAPES:-all}" --m 2,4,8 \
+    --out "$OUT/smallm.json" > "$OUT/smallm.log" 2>&1
+  echo "probe smallm rc=$?"; grep -vE "Warn|warn" "$OUT/smallm.log" | grep -E "^[a-z]" | cut -c1-100
 fi
 if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
   timeout "${T_SPLITS:-150}" python3 benchmarks/probe_decode_finish.py \

@@ -1,0 +1,53 @@
+"""Float32 scales that are subnormal, on the GPU: XLA:GPU keeps them (session 45: a weight of
+largest magnitude 1e-36 quantizes there, its amax / 448 below float32's least normal), so every
+kernel the dispatcher picks must apply them as they are -- a kernel compiled to flush subnormal
+operands to zero would return zeros. Each FP8 format through the dispatcher (default and
+deterministic mode, M from the decode kernels to the prefill paths) against float64 of the
+stored codes and scales. Not the MX / NVFP4 formats: MX weights decode to bf16 in the kernels,
+where code x 2^-127 is not exact for the smaller codes (a representability limit, not a flush),
+and NVFP4's compressed-tensors global scale 2688 / amax overflows at such weights (refused)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jqlin
+from float64_bound import GPU_ACC_RTOL_FP8, assert_within_bound, w8a8_float64
+
+FP8_NAMES = ["fp8_per_tensor_a16", "fp8_per_channel_a16", "fp8_block_a16", "fp8_per_tensor",
+             "fp8_ptpc", "fp8_block"]
+STATIC_ACT = {"fp8_per_tensor"}
+TINY = np.float32(1e-36)  # amax / 448 = 2.2e-39 < 2^-126 = 1.18e-38
+WEIGHT_ONLY_ACC_RTOL = 1e-4  # float32 sums of exact products (as test_pallas_fp8's GPU tests)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FP8_NAMES)
+def test_gpu_kernels_apply_subnormal_scales(name, rng):
+    n, k = 1024, 4096
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w = w / np.abs(w).max(axis=1, keepdims=True) * TINY  # every row's amax 1e-36
+    cal = (rng.standard_normal((4, k)) * 2).astype(np.float32) if name in STATIC_ACT else None
+    qw = jqlin.quantize(w, name, calibration=cal)
+    scales = np.asarray(qw.scale, np.float64)
+    assert np.all((scales > 0) & (scales < np.finfo(np.float32).tiny)), "scales not subnormal"
+    wd = np.asarray(qw.dequantize(), np.float64)
+    assert np.count_nonzero(wd) > wd.size // 2
+    weight_only = qw.spec.activation is None
+    for m in (1, 8, 16, 64, 300):
+        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.5, 3, (m, 1)), jnp.bfloat16)
+        if weight_only:
+            xd = np.asarray(x.astype(jnp.float32), np.float64)
+            ref, bound, rtol = xd @ wd.T, np.abs(xd) @ np.abs(wd).T, WEIGHT_ONLY_ACC_RTOL
+        else:
+            ref, bound = w8a8_float64(x, qw)
+            rtol = GPU_ACC_RTOL_FP8
+        assert np.count_nonzero(ref) == ref.size
+        for det in (False, True):
+            y = jqlin.matmul(x, qw, deterministic=det)
+            assert np.count_nonzero(np.asarray(y.astype(jnp.float32))) == y.size, (
+                f"{name} M={m} det={det}: zeros -- a subnormal scale flushed?")
+            assert_within_bound(y, ref, bound, rtol, jnp.bfloat16)
+        y = jqlin.matmul(x, qw, kernel="xla")
+        assert np.count_nonzero(np.asarray(y.astype(jnp.float32))) == y.size, f"{name} M={m} xla"
+
