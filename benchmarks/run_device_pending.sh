@@ -43,6 +43,14 @@ WORKER_MIB=21000
 GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false
          XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round($WORKER_MIB / $TOTAL_MIB, 3))"))
 gpu_workers() { python3 -c "print(max(1, min($1, int(0.9 * $TOTAL_MIB // $WORKER_MIB))))"; }
+# probe_finish NAME BOX ARGS...: probe_decode_finish.py ARGS into $OUT/NAME.{json,log}, its rows
+probe_finish() {
+  local name=$1 box=$2; shift 2
+  timeout "$box" python3 benchmarks/probe_decode_finish.py "$@" --out "$OUT/$name.json" \
+    > "$OUT/$name.log" 2>&1
+  echo "probe $name rc=$?"; grep -vE "Warn|warn" "$OUT/$name.log" | grep -E "^[a-z]" | tail -100 \
+    | cut -c1-110
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *tests* ]]; then
   timeout "${T_TESTS:-360}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
@@ -164,10 +172,8 @@ if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the decod
     -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
     tests/kernels/test_group_a16_decode_mgpu.py > "$OUT/pytest_finish.log" 2>&1
   echo "pytest finish rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finish.log"
-  timeout "${T_FIN:-240}" python3 benchmarks/probe_decode_finish.py \
-    --formats "${FIN_FORMATS:-fp8_per_channel_a16,fp8_block_a16,nvfp4_a16}" \
-    --shapes "${FIN_SHAPES:-all}" --m 1,16 --out "$OUT/finish.json" > "$OUT/finish.log" 2>&1
-  echo "probe finish rc=$?"; grep -vE "Warn|warn" "$OUT/finish.log" | tail -90 | cut -c1-110
+  probe_finish finish "${T_FIN:-240}" --m 1,16 --shapes "${FIN_SHAPES:-all}" \
+    --formats "${FIN_FORMATS:-fp8_per_channel_a16,fp8_block_a16,nvfp4_a16}"
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
@@ -213,11 +219,9 @@ if [[ $STAGES == *detfin* ]]; then  # session 45: deterministic mode's in-kernel
     > "$OUT/pytest_detfin.log" 2>&1
   echo "pytest detfin rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
     "$OUT/pytest_detfin.log" | head -30
-  timeout "${T_DF:-240}" python3 benchmarks/probe_decode_finish.py --det \
+  probe_finish detfin "${T_DF:-240}" --det --m 1,8,16 \
     --formats "${DF_FORMATS:-fp8_per_channel_a16,fp8_block_a16,nvfp4_a16}" \
-    --shapes "${DF_SHAPES:-4096x4096,4096x6144,4096x28672,14336x4096}" --m 1,8,16 \
-    --out "$OUT/detfin.json" > "$OUT/detfin.log" 2>&1
-  echo "probe detfin rc=$?"; grep -vE "Warn|warn" "$OUT/detfin.log" | tail -100 | cut -c1-110
+    --shapes "${DF_SHAPES:-4096x4096,4096x6144,4096x28672,14336x4096}"
 fi
 if [[ $STAGES == *closed* ]]; then  # session 45: a closed-over weight's bits are a passed one's
   timeout "${T_CLOSED:-150}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
@@ -231,24 +235,18 @@ if [[ $STAGES == *fold* ]]; then  # session 46: deterministic mode's folded deco
     -k "folded or deterministic_order or deterministic_in_kernel" > "$OUT/pytest_fold.log" 2>&1
   echo "pytest fold rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
     "$OUT/pytest_fold.log" | head -30
-  timeout "${T_FOLD:-160}" python3 benchmarks/probe_decode_finish.py --det \
+  probe_finish fold "${T_FOLD:-160}" --det --m 1,8,16 \
     --formats "${FOLD_FORMATS:-fp8_per_channel_a16}" \
-    --shapes "${FOLD_SHAPES:-4096x28672,8192x8192,7168x24576}" --m 1,8,16 \
-    --out "$OUT/fold.json" > "$OUT/fold.log" 2>&1
-  echo "probe fold rc=$?"; grep -vE "Warn|warn" "$OUT/fold.log" | grep -E "^[a-z]" | cut -c1-100
+    --shapes "${FOLD_SHAPES:-4096x28672,8192x8192,7168x24576}"
 fi
 if [[ $STAGES == *smallm* ]]; then  # session 46: FP8 weight-only M = 2-8, dense vs the decode
   # kernel (its in-kernel finish from N = 8192 beat the dense GEMM at M = 8 on 3 shapes, H100)
-  timeout "${T_SMALLM:-300}" python3 benchmarks/probe_decode_finish.py \
-    --formats "${SM_FORMATS:-fp8_per_channel_a16}" --shapes "${SM_SHAPES:-all}" --m 2,4,8 \
-    --out "$OUT/smallm.json" > "$OUT/smallm.log" 2>&1
-  echo "probe smallm rc=$?"; grep -vE "Warn|warn" "$OUT/smallm.log" | grep -E "^[a-z]" | cut -c1-100
+  probe_finish smallm "${T_SMALLM:-300}" --m 2,4,8 \
+    --formats "${SM_FORMATS:-fp8_per_channel_a16}" --shapes "${SM_SHAPES:-all}"
 fi
 if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
-  timeout "${T_SPLITS:-150}" python3 benchmarks/probe_decode_finish.py \
+  probe_finish splits "${T_SPLITS:-150}" --m 1,16 \
     --formats "${SPL_FORMATS:-fp8_per_channel_a16}" --splits "${SPL_SPLITS:-1,2,4}" \
-    --shapes "${SPL_SHAPES:-4096x4096,14336x4096}" --m 1,16 --out "$OUT/splits.json" \
-    > "$OUT/splits.log" 2>&1
-  echo "probe splits rc=$?"; grep -vE "Warn|warn" "$OUT/splits.log" | tail -40 | cut -c1-110
+    --shapes "${SPL_SHAPES:-4096x4096,14336x4096}"
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
