@@ -609,8 +609,8 @@ def test_gpu_batch_invariant_rows(rng, fmt):
                                      ("fp8_per_tensor_a16", 18432, 7168)])
 def test_gpu_folded_decode_rows_are_batch_invariant(rng, fmt, k, n):
     """Deterministic mode's folded decode launch (session 46: rows 1-8 and 16, the parts added
-    in the CTA) against the Mosaic kernel's deterministic rows (M >= 17) and the slab launch
-    (M = 9-15), bf16 out, bitwise: row i alone equals row i inside M = 2, 7, 12, 16, 64."""
+    in the CTA) against the Mosaic kernel's deterministic rows (M = 9-15 and from 17 at these
+    shapes), bf16 out, bitwise: row i alone equals row i inside M = 2, 7, 12, 16, 64."""
     from jqlin.kernels.pallas_fp8 import describe_config
     _, qw = _operands(rng, fmt, 1, n, k, jnp.bfloat16)
     path = describe_config(KERNEL_OF[fmt], 1, qw, qw.spec, jnp.bfloat16, True)["path"]
