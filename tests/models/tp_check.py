@@ -48,19 +48,21 @@ def check(fixture: str, style: str, n: int) -> None:
     assert said == (style == "megatron" and n > 1), (style, [str(w.message) for w in caught])
     det = np.asarray(forward(model, ids, deterministic=True))
     out = np.asarray(forward(model, ids))
-    toks = np.asarray(model.generate(ids[:1], 6, deterministic=True).tokens)
     rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
     name = os.path.basename(fixture.rstrip("/"))
     rows = sorted(set(layout.values()))
-    if style == "column":
+    tokens = ""
+    if style == "column":  # (the tokens are a promise of the column layout only: generated
+        # there, not for megatron, whose generate compile was a tenth of test_parallel's time)
         assert np.array_equal(det, det_ref), f"{name} column: deterministic logits differ"
+        toks = np.asarray(model.generate(ids[:1], 6, deterministic=True).tokens)
         assert np.array_equal(toks, toks_ref), f"{name} column: tokens differ"
+        tokens = " tokens_equal=True"
     # default mode: row-parallel sums and XLA strategies move last bits, and a moved bit can
     # flip a dynamic activation code: close, not bitwise
     assert rel < 1e-4, f"{name} {style}: rel {rel}"
-    assert np.array_equal(toks, toks_ref) or style != "column"
     print(f"ok {name} style={style} devices={n} modes={rows} rel={rel:.2e} "
-          f"det_bitwise={np.array_equal(det, det_ref)} tokens_equal={np.array_equal(toks, toks_ref)}")
+          f"det_bitwise={np.array_equal(det, det_ref)}{tokens}")
 
 
 def check_layer_bitwise(fmt: str, n: int, shape: tuple[int, int] = (6144, 4096)) -> None:
