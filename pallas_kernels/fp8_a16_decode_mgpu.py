@@ -60,7 +60,7 @@ __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
            "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
            "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N", "folds_parts",
-           "det_fold_parts", "DET_FOLD_KERNELS", "y_rows", "PAD_Y_ROWS"]
+           "det_fold_parts", "det_decode_launch", "DET_FOLD_KERNELS", "y_rows", "PAD_Y_ROWS"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -113,7 +113,7 @@ class KernelFinish(NamedTuple):
     left fold, then row.xla), so the same bits, without the slabs' round trip and XLA's pass
     (H200, session 30: 1.2-1.7 us of a 6-24 us decode)."""
     out_dtype: jnp.dtype  # 16-bit: the transposed store is stmatrix .trans
-    rows: int  # y's rows: M, or 16 for M = 9-15 (y_rows: the caller keeps M)
+    rows: int  # M (plain_slabs writes y_rows(M) rows and keeps M)
     row: RowFinish
     # deterministic mode's det_groups: the ranges form this many equal groups of consecutive
     # ones, each added in K order, then the groups' sums in order (sum_device_splits' fold)
@@ -275,6 +275,21 @@ def det_fold_parts(kernel: str, m: int, n: int, k: int, out_dtype, *,
     return held
 
 
+def det_decode_launch(m: int, n: int, k: int, out_dtype, *, interpret: bool,
+                      range_parts: int | None = None,
+                      in_kernel_finish: bool | None = None) -> tuple[int, int, int, bool | None]:
+    """This kernel's deterministic launch: (det_groups' groups, K ranges, parts a range,
+    in_kernel_finish) -- det_fold_parts' folded launch, finished in the kernel, where
+    range_parts and in_kernel_finish are both unset and it runs; else det_launch's at
+    range_parts (None: one part a range). The kernel and explain() both read it."""
+    if range_parts is None and in_kernel_finish is None:
+        range_parts = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, out_dtype,
+                                     interpret=interpret)
+        in_kernel_finish = True if range_parts else None
+    groups, splits, range_parts = det_launch("fp8_a16_decode_mgpu", n, k, 1, range_parts)
+    return groups, splits, range_parts, in_kernel_finish
+
+
 def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale_kind: str,
                         splits: int | None = None, stages: int | None = None,
                         out_dtype=None, deterministic: bool = False,
@@ -326,11 +341,9 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
         if splits is not None:
             raise ValueError("fp8_a16_decode_mgpu: deterministic mode's launch is fixed by "
                              "(N, K): leave splits unset")
-        if range_parts is None and in_kernel_finish is None:
-            range_parts = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, out_dtype,
-                                         interpret=interpret)
-            in_kernel_finish = True if range_parts else None
-        groups, splits, range_parts = det_launch("fp8_a16_decode_mgpu", n, k, 1, range_parts)
+        groups, splits, range_parts, in_kernel_finish = det_decode_launch(
+            m, n, k, out_dtype, interpret=interpret, range_parts=range_parts,
+            in_kernel_finish=in_kernel_finish)
     elif range_parts is not None:
         raise ValueError("fp8_a16_decode_mgpu: range_parts is deterministic mode's")
     splits, stages = splits or auto.splits, stages or auto.stages
@@ -347,14 +360,14 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
                            deterministic=deterministic, interpret=interpret,
                            asked=in_kernel_finish, range_parts=range_parts or 1,
                            groups=groups):
-        finish = KernelFinish(out_dtype, y_rows(m), RowFinish(
+        finish = KernelFinish(out_dtype, m, RowFinish(
             None if per_block is not None else w_scale.reshape(-1), 1.0, "mul"), groups)
     y = plain_slabs(x, w, splits=splits, stages=stages, interpret=interpret,
                     a_tile=lambda w_ref, _: w_ref[...].astype(F32).astype(x.dtype),
                     chains="range" if per_block is None else "block", chain_scales=per_block,
                     range_parts=range_parts or 1, finish=finish)
     if finish is not None:
-        return y[:m]  # (y_rows: 16 rows written for M = 9-15)
+        return y
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     if per_block is not None:
@@ -382,8 +395,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     necessarily of whole steps), each part's total kept apart and stored as its own slab --
     (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
     be one CTA each (nor hold whole steps).
-    finish: the launch returns y (finish.rows, N) itself (KernelFinish: M, or M rounded up to
-    8 -- x's zero rows past M written too); with range_parts > 1
+    finish: the launch returns y (finish.rows = M, N) itself (KernelFinish; written as
+    y_rows(M) rows, x's zero rows past M too, and M kept); with range_parts > 1
     (folds_parts: one range, or one range a group) each CTA adds its parts' totals as they
     close, by finish.groups' runs, instead of storing them -- fold_parts' additions.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
@@ -404,14 +417,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"{range_parts} for K={k}")
     if finish is not None and (
             not folds_parts(splits, range_parts, finish.groups) or splits > MAX_CLUSTER
-            or finish.rows != (m if m <= 8 else -(-m // 8) * 8)
-            or finish.row.op not in ("mul", "div")
+            or finish.rows != m or y_rows(m) is None or finish.row.op not in ("mul", "div")
             or jnp.dtype(finish.out_dtype).itemsize != 2 or finish.groups < 1
             or (splits * range_parts) % finish.groups):
         raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, one "
                          f"range or one range a group, at most {MAX_CLUSTER} ranges, a 16-bit "
-                         f"output and y's rows M <= 8 or M rounded up to 8 (x's rows, "
-                         f"y_rows), groups dividing the parts; got "
+                         f"output, rows = M where y_rows takes it (M <= 8 or a multiple of 8; "
+                         f"9-15 with PAD_Y_ROWS), groups dividing the parts; got "
                          f"range_parts={range_parts}, splits={splits}, "
                          f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}, "
                          f"groups={finish.groups}")
@@ -635,10 +647,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                            transforms=swizzled(F32, block_m)),
                 plgpu.Barrier(num_arrivals=splits - 1)] if splits > 1 else []
     call = plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((finish.rows, n), out_dtype),
+        body, out_type=jax.ShapeDtypeStruct((y_rows(m), n), out_dtype),
         grid=(tiles,), grid_names=("tile",),
         cluster=(splits,) if splits > 1 else (), cluster_names=("range",) if splits > 1 else (),
         scratch_types=received + [plgpu.SMEM((block_m, WG_ROWS), out_dtype,
                                              transforms=swizzled(out_dtype, WG_ROWS))],
         compiler_params=params, interpret=interpret_params(interpret))
-    return call(*inputs)
+    return call(*inputs)[:m]  # (y_rows: 16 rows written for M = 9-15)

@@ -42,8 +42,7 @@ from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .fp8_a16_decode_mgpu import (DECODE_MAX_M, KernelFinish, det_launch, det_order,
-                                  least_range_parts, plain_slabs, takes_kernel_finish,
-                                  y_rows)
+                                  least_range_parts, plain_slabs, takes_kernel_finish)
 from .fp8_heuristics import num_sms
 from .group_a16_mgpu import check_operands, reads_words
 from .launch import sum_device_splits
@@ -204,10 +203,9 @@ def group_a16_decode_mgpu(fmt: str, x: jax.Array, w: jax.Array, w_scale: jax.Arr
                     stages=stages, a_tile=a_tile, blocks=blocks, interpret=interpret,
                     chains="block" if deterministic else "range",
                     range_parts=range_parts or 1,
-                    finish=KernelFinish(out_dtype, y_rows(m), finish, groups) if in_kernel
-                    else None)
-    if y.ndim == 2:  # (finished in the kernel; 16 rows written for M = 9-15: y_rows)
-        return y[:m]
+                    finish=KernelFinish(out_dtype, m, finish, groups) if in_kernel else None)
+    if y.ndim == 2:  # (finished in the kernel)
+        return y
     # parts (inside k_shards every device's) in K order, by groups
     total = sum_device_splits(y, y.shape[0], n, y.shape[2], groups=groups)
     total = finish.xla(total)

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 from pallas_kernels import (MatmulConfig, w8a16_config, w8a16_matmul, w8a8_config,
                             w8a8_matmul)
 from pallas_kernels.act_quant import e4m3_codes, e4m3_group_codes, serves
-from pallas_kernels.fp8_a16_decode_mgpu import (decode_params, det_fold_parts, det_launch,
-                                                det_order, finish_note)
+from pallas_kernels.fp8_a16_decode_mgpu import (decode_params, det_decode_launch, det_order,
+                                                finish_note)
 from pallas_kernels.fp8_core import mgpu_launch_params
 from pallas_kernels.fp8_dense import widens
 from pallas_kernels.fp8_paths import DENSE_MIN_M, W8A8_DENSE_MIN_M, fp8_path
@@ -235,17 +235,16 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
                         f"{weight})"}
     if path == "decode":
         splits, stages = decode_params(n, k)
-        order, held, groups, folded = "", 1, 1, None
+        order, held, groups, asked = "", 1, 1, None
         out = out_dtype or x_dtype
         if deterministic:  # (the Mosaic kernel's deterministic sums, to the bit)
-            folded = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, out, interpret=interpret)
-            groups, splits, held = det_launch("fp8_a16_decode_mgpu", n, k, 1, folded)
+            groups, splits, held, asked = det_decode_launch(m, n, k, out, interpret=interpret)
             order = (f", deterministic order: K in {det_order(n, k)[0]} parts, each K-block's "
                      f"chain from zero, added in K order by {groups} group(s)")
         blocks = ", each K-block's chain times its 128x128 block scale" if w_kind == "block" else ""
         finished = finish_note("fp8_a16_decode_mgpu", m, n, splits, out,
                                deterministic=deterministic, interpret=interpret,
-                               range_parts=held, groups=groups, asked=True if folded else None)
+                               range_parts=held, groups=groups, asked=asked)
         return {"path": f"decode (Mosaic GPU plain-pipeline W8A16 swap-AB kernel, 64-row weight "
                         f"tiles, several CTAs an SM, splits={splits}, stages={stages}"
                         f"{finished}{blocks}{order})"}

@@ -19,7 +19,8 @@ from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN
                                                 FINISH_IN_KERNEL_MIN_N, MAX_CLUSTER,
                                                 MAX_STAGES, RESIDENT_CTAS, _fill, decode_fits,
                                                 decode_params, det_order, finish_note,
-                                                det_fold_parts, finishes_in_kernel,
+                                                det_decode_launch, det_fold_parts,
+                                                finishes_in_kernel,
                                                 folds_parts, fp8_a16_decode_mgpu, plain_slabs,
                                                 KernelFinish, takes_kernel_finish, y_rows)
 import pallas_kernels.fp8_a16_decode_mgpu as decode_module
@@ -432,6 +433,17 @@ def test_gpu_in_kernel_finish_is_xlas_finish_bitwise(rng, kind, k, n):
             _check(run[True], x, w, ws)
 
 
+def _slab_operands(rng, m, n=128, k=1024):
+    """plain_slabs' operands: bf16 x rows of varied range, e4m3 codes, per-row float32 scales."""
+    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
+    return x, w, jnp.asarray(rng.uniform(0.01, 2, (n,)), jnp.float32)
+
+
+def _bf16_tile(w_ref, _):
+    return w_ref[...].astype(jnp.float32).astype(jnp.bfloat16)
+
+
 @pytest.mark.parametrize("m,blocks,held,groups", [(1, 1, 8, 1), (8, 1, 4, 2), (5, 2, 8, 1),
                                                   (16, 2, 8, 2), (3, 4, 2, 2)])
 def test_folded_parts_are_the_slabs_fold_in_the_interpreter(rng, m, blocks, held, groups):
@@ -439,13 +451,10 @@ def test_folded_parts_are_the_slabs_fold_in_the_interpreter(rng, m, blocks, held
     gives y as fold_parts of the same launch's per-part slabs does, bit for bit -- parts ending
     inside a pipeline step (blocks 2 / 4 with one or two K-blocks a part) and two groups' runs
     included. (The interpreter has no clusters: one range only; the GPU test covers two.)"""
-    n, k = 128, 1024
-    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
-    w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
-    scales = jnp.asarray(rng.uniform(0.01, 2, (n,)), jnp.float32)
+    x, w, scales = _slab_operands(rng, m)
+    n = w.shape[0]
     launch = dict(splits=1, stages=2, blocks=blocks, chains="block", chain_scales=scales,
-                  range_parts=held, interpret=True,
-                  a_tile=lambda w_ref, _: w_ref[...].astype(jnp.float32).astype(jnp.bfloat16))
+                  range_parts=held, interpret=True, a_tile=_bf16_tile)
     slabs = plain_slabs(x, w, **launch)
     assert slabs.shape[0] == held
     want = fold_parts(lambda p: slabs[p], held, groups)[:, :m].T.astype(jnp.bfloat16)
@@ -491,10 +500,11 @@ def test_deterministic_fold_lowers_for_cuda_on_cpu(m, n, k, kind):
     text = lowered.as_text()
     assert text.count("stablehlo.custom_call") == 1 and "mosaic_gpu" in text
     assert "stablehlo.add" not in text and "stablehlo.transpose" not in text
-    held = det_fold_parts("fp8_a16_decode_mgpu", m, n, k, jnp.bfloat16, interpret=False)
-    splits = det_order(n, k)[2] // held
+    groups, splits, held, asked = det_decode_launch(m, n, k, jnp.bfloat16, interpret=False)
+    assert asked and held == det_fold_parts("fp8_a16_decode_mgpu", m, n, k, jnp.bfloat16,
+                                            interpret=False) > 1
     note = finish_note("fp8_a16_decode_mgpu", m, n, splits, jnp.bfloat16, deterministic=True,
-                       interpret=False, range_parts=held, groups=det_order(n, k)[1], asked=True)
+                       interpret=False, range_parts=held, groups=groups, asked=asked)
     assert f"each CTA folding its {held} K parts" in note
 
 
@@ -539,28 +549,25 @@ def test_pad_y_rows_rule(monkeypatch):
 
 
 @pytest.mark.parametrize("m,held", [(9, 1), (12, 8), (15, 4)])
-def test_padded_rows_finish_in_the_interpreter(rng, m, held):
-    """A y of M = 9-15 rows finished in the kernel as 16 rows (x's zero rows past M), the first
-    M kept: bitwise the slab path's rows, one chain or folded parts (one range)."""
-    n, k = 128, 1024
-    x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)), jnp.bfloat16)
-    w = jnp.asarray(rng.standard_normal((n, k)) * 4, jnp.float8_e4m3fn)
-    scales = jnp.asarray(rng.uniform(0.01, 2, (n,)), jnp.float32)
-    launch = dict(splits=1, stages=2, interpret=True, range_parts=held,
-                  a_tile=lambda w_ref, _: w_ref[...].astype(jnp.float32).astype(jnp.bfloat16),
+def test_padded_rows_finish_in_the_interpreter(rng, m, held, monkeypatch):
+    """A y of M = 9-15 rows finished in the kernel (PAD_Y_ROWS: written as 16 rows, x's zero
+    rows past M, the first M kept): bitwise the slab path's rows, one chain or folded parts
+    (one range); without PAD_Y_ROWS an error."""
+    x, w, scales = _slab_operands(rng, m)
+    launch = dict(splits=1, stages=2, interpret=True, range_parts=held, a_tile=_bf16_tile,
                   **(dict(chains="block", chain_scales=scales) if held > 1 else {}))
     col = None if held > 1 else scales
+    finish = KernelFinish(jnp.bfloat16, m, RowFinish(col, 1.0, "mul"))
+    with pytest.raises(ValueError, match="PAD_Y_ROWS"):
+        plain_slabs(x, w, **launch, finish=finish)
     slabs = plain_slabs(x, w, **launch)
     total = fold_parts(lambda p: slabs[p], held, 1)[:, :m].T
     want = (total if col is None else total * col[None, :]).astype(jnp.bfloat16)
-    got = plain_slabs(x, w, **launch, finish=KernelFinish(jnp.bfloat16, 16, RowFinish(
-        col, 1.0, "mul")))
-    assert got.shape == (16, n)
-    np.testing.assert_array_equal(np.asarray(got[:m].astype(jnp.float32)),
+    monkeypatch.setattr(decode_module, "PAD_Y_ROWS", True)
+    got = plain_slabs(x, w, **launch, finish=finish)
+    assert got.shape == (m, w.shape[0])
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)),
                                   np.asarray(want.astype(jnp.float32)))
-    with pytest.raises(ValueError, match="y's rows"):
-        plain_slabs(x, w, **launch, finish=KernelFinish(jnp.bfloat16, m, RowFinish(
-            col, 1.0, "mul")))
 
 
 def test_padded_finish_lowers_for_cuda_on_cpu(monkeypatch):
