@@ -256,6 +256,19 @@ if [[ $STAGES == *padrows* ]]; then  # session 46: M = 9-15 finished in the kern
     --formats "${PAD_FORMATS:-fp8_per_channel_a16}" \
     --shapes "${PAD_SHAPES:-8192x8192,4096x28672,7168x24576}"
 fi
+if [[ $STAGES == *subnormal* ]]; then  # session 47: which paths flush subnormal float32 scales
+  timeout "${T_SUB:-220}" python3 benchmarks/probe_subnormal.py --m "${SUB_M:-1,64,300}" \
+    --exps "${SUB_EXPS:--126,-135}" --out "$OUT/subnormal.json" > "$OUT/subnormal.log" 2>&1
+  echo "probe subnormal rc=$?"; grep -vE "Warn|warn" "$OUT/subnormal.log" | cut -c1-230
+  for c in ${SUB_CASES:-fp8_per_tensor:64 fp8_per_tensor_a16:300 fp8_block_a16:300 fp8_block:300}; do
+    d="$OUT/dump_${c/:/_}"; mkdir -p "$d"
+    MOSAIC_GPU_DUMP_PTX=1 MOSAIC_GPU_DUMP_TO="$d" XLA_FLAGS="--xla_dump_to=$d/xla --xla_dump_hlo_as_text" \
+      timeout 90 python3 benchmarks/probe_subnormal.py --case "$c" > "$d.log" 2>&1
+    echo "case $c rc=$?"; grep -E "^\{" "$d.log" | cut -c1-300
+    python3 benchmarks/probe_subnormal.py --summarize "$d" | grep -E "ftz|alpha|gemm|custom" | head -12
+    tar czf "$d.tgz" -C "$d" . && rm -rf "$d"
+  done
+fi
 if [[ $STAGES == *splits* ]]; then  # session 44: the FP8 decode's K ranges x finish at N = 4096
   probe_finish splits "${T_SPLITS:-150}" --m 1,16 \
     --formats "${SPL_FORMATS:-fp8_per_channel_a16}" --splits "${SPL_SPLITS:-1,2,4}" \
