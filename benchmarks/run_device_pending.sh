@@ -258,7 +258,7 @@ if [[ $STAGES == *padrows* ]]; then  # session 46: M = 9-15 finished in the kern
 fi
 if [[ $STAGES == *subnormal* ]]; then  # session 47: which paths flush subnormal float32 scales
   timeout "${T_SUB:-220}" python3 benchmarks/probe_subnormal.py --m "${SUB_M:-1,64,300}" \
-    --exps "${SUB_EXPS:--126,-135}" --out "$OUT/subnormal.json" > "$OUT/subnormal.log" 2>&1
+    --exps="${SUB_EXPS:--126,-135}" --out "$OUT/subnormal.json" > "$OUT/subnormal.log" 2>&1
   echo "probe subnormal rc=$?"; grep -vE "Warn|warn" "$OUT/subnormal.log" | cut -c1-230
   for c in ${SUB_CASES:-fp8_per_tensor:64 fp8_per_tensor_a16:300 fp8_block_a16:300 fp8_block:300}; do
     d="$OUT/dump_${c/:/_}"; mkdir -p "$d"

@@ -8,6 +8,7 @@ where code x 2^-127 is not exact for the smaller codes (a representability limit
 and NVFP4's compressed-tensors global scale 2688 / amax overflows at such weights (refused)."""
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -19,6 +20,8 @@ FP8_NAMES = ["fp8_per_tensor_a16", "fp8_per_channel_a16", "fp8_block_a16", "fp8_
 STATIC_ACT = {"fp8_per_tensor"}
 TINY = np.float32(1e-36)  # amax / 448 = 2.2e-39 < 2^-126 = 1.18e-38
 WEIGHT_ONLY_ACC_RTOL = 1e-4  # float32 sums of exact products (as test_pallas_fp8's GPU tests)
+XLA_NORMWISE_RTOL = 5e-2
+BF16_LEAST_SUBNORMAL = float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)
 
 
 @pytest.mark.gpu
@@ -45,9 +48,20 @@ def test_gpu_kernels_apply_subnormal_scales(name, rng):
         assert np.count_nonzero(ref) == ref.size
         for det in (False, True):
             y = jqlin.matmul(x, qw, deterministic=det)
-            assert np.count_nonzero(np.asarray(y.astype(jnp.float32))) == y.size, (
-                f"{name} M={m} det={det}: zeros -- a subnormal scale flushed?")
+            _assert_not_flushed(y, ref, rtol * bound, f"{name} M={m} det={det}")
             assert_within_bound(y, ref, bound, rtol, jnp.bfloat16)
-        y = jqlin.matmul(x, qw, kernel="xla")
-        assert np.count_nonzero(np.asarray(y.astype(jnp.float32))) == y.size, f"{name} M={m} xla"
+        # XLA's path is no float64 oracle for fp8 activations (float64_bound.w8a8_float64: 2.7e-2
+        # normwise on the GPU), so it is held to a normwise bound: a flush is an error of 1.
+        y = np.asarray(jqlin.matmul(x, qw, kernel="xla").astype(jnp.float32), np.float64)
+        assert np.linalg.norm(y - ref) <= XLA_NORMWISE_RTOL * np.linalg.norm(ref), f"{name} M={m} xla"
 
+
+def _assert_not_flushed(y, ref, acc_tol, what: str) -> None:
+    """Zeros in y only where float64's value is within the accumulation's error bound (acc_tol)
+    plus bf16's least subnormal of zero: an output that small may round to zero, and at these
+    sizes (M=300, N=1024) a few do (session 47, H100: 2e-4 of the outputs, XLA's path alike)."""
+    y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
+    flushed = (y == 0) & (np.abs(ref) > acc_tol + BF16_LEAST_SUBNORMAL)
+    assert not flushed.any(), (f"{what}: {int(flushed.sum())} outputs zero where float64's are "
+                               f"up to {np.abs(ref[flushed]).max():.3g} -- a subnormal scale "
+                               "flushed?")
