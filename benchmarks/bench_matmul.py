@@ -92,8 +92,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fmts = bench.default_formats() if args.formats == "auto" else args.formats.split(",")
     kernels = [k for k in args.kernels.split(",") if k] or None
-    ops = bench.build_ops(fmts, kernels, modes=tuple(args.modes.split(",")),
-                          xla_ref_max_m=args.xla_ref_max_m)
+    modes = tuple(args.modes.split(","))
+    try:
+        bench.check_modes(modes, "--modes")
+    except ValueError as e:
+        p.error(str(e))
+    ops = bench.build_ops(fmts, kernels, modes=modes, xla_ref_max_m=args.xla_ref_max_m)
     if args.det_formats:
         keep = set(args.det_formats.split(","))
         ops = [op for op in ops if op.mode != "det" or op.fmt in keep]

@@ -129,9 +129,19 @@ def two_rows(fn: Callable[[jax.Array, Any], jax.Array], how: str = "zeros"
     return run
 
 
-def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=("default", "det"),
+MODES = ("default", "det")
+
+
+def check_modes(modes: Sequence[str], what: str = "modes") -> None:
+    """A mode not in MODES is an error (session 47: "deterministic" built a second default op)."""
+    if not modes or any(mode not in MODES for mode in modes):
+        raise ValueError(f"{what}: expected 'default' and/or 'det', got {','.join(modes)!r}")
+
+
+def build_ops(fmts: Sequence[str], kernels: Sequence[str] | None, *, modes=MODES,
               xla_ref_max_m: int = 16, baselines: bool = True) -> list[Op]:
     """bf16 + xla_fp8 baselines, then for each format its auto-chosen kernel (or `kernels`)."""
+    check_modes(modes)
     ops: list[Op] = []
     if baselines:
         ops.append(bf16_op())
@@ -663,8 +673,7 @@ def _check_args(args) -> tuple[list[tuple[str, int, int]], list[int], list[str] 
             raise ValueError(f"--kernels: unknown kernel {unknown[0]!r} (registered: "
                              f"{', '.join(registry)})")
     modes = tuple(_parse_list(args.modes, "--modes"))
-    if any(mode not in ("default", "det") for mode in modes):
-        raise ValueError(f"--modes: expected 'default' and/or 'det', got {args.modes!r}")
+    check_modes(modes, "--modes")
     if args.xla_ref_max_m < 0:
         raise ValueError(f"--xla-ref-max-m: expected >= 0 (0: never), got {args.xla_ref_max_m}")
     if args.json:

@@ -41,6 +41,26 @@ def test_bench_bad_arguments_are_one_line_errors(capsys):
     assert "argument --reps: expected a positive integer, got '0'" in capsys.readouterr().err
 
 
+def test_bench_matmul_script_refuses_an_unknown_mode(capsys):
+    """benchmarks/bench_matmul.py --modes deterministic (not 'det') ran a second default op
+    under the same label (session 47); now argparse's error names the argument, and build_ops
+    itself refuses it."""
+    import importlib.util
+    import pathlib
+    from jqlin import bench
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_matmul.py"
+    spec = importlib.util.spec_from_file_location("bench_matmul_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as e:
+        script.main(["--modes", "default,deterministic", "--formats", "fp8_ptpc"])
+    assert e.value.code == 2
+    assert "--modes: expected 'default' and/or 'det', got 'default,deterministic'" in (
+        capsys.readouterr().err)
+    with pytest.raises(ValueError, match="modes: expected 'default' and/or 'det'"):
+        bench.build_ops(["fp8_ptpc"], None, modes=("deterministic",))
+
+
 def test_bench_keeps_an_explicit_shape_and_fails_on_error_rows(monkeypatch, capsys):
     """--shapes 4096x4096 given on a CPU is timed as asked (it was silently shrunk to 512x512,
     the default's CPU stand-in); a run with ERROR rows exits 1; no 'nan' in the table."""
