@@ -158,9 +158,10 @@ if [[ $STAGES == *amax_ab* ]]; then  # abs_max as one integer max (4d54cad) vs O
       > "$OUT/amax_ab_$t.log" 2>&1); echo "amax_ab $t rc=$?"; tail -2 "$OUT/amax_ab_$t.log" | cut -c1-200
   done
 fi
-if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes)
+if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes;
+  # H100, session 47: 70-146 s of compiles a shape -- ROWS8_SHAPES=llama3-8b, ... one a call)
   timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
-    --modes default --formats fp8_ptpc,fp8_block,fp8_per_tensor --shapes all \
+    --modes default --formats fp8_ptpc,fp8_block,fp8_per_tensor --shapes "${ROWS8_SHAPES:-all}" \
     --m "${M_ROWS8:-1,16,256,1024,4096}" --out "$OUT/rows8" > "$OUT/rows8.log" 2>&1
   echo "rows8 rc=$?"; tail -3 "$OUT/rows8.log" | cut -c1-200
 fi
