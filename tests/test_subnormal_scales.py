@@ -61,7 +61,7 @@ def _assert_not_flushed(y, ref, acc_tol, what: str) -> None:
     """Zeros in y only where float64's value is within the accumulation's error bound (acc_tol)
     plus bf16's least subnormal of zero: an output that small may round to zero. A few do at
     these sizes (session 47, H100: "no zero at all" failed 4 formats at M=64 / 300; with
-    weights 400x smaller still, 2e-4 of the outputs were zero and XLA's path's alike)."""
+    weights ~100x smaller still, 2e-4 of the outputs were zero and XLA's path's alike)."""
     y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
     flushed = (y == 0) & (np.abs(ref) > acc_tol + BF16_LEAST_SUBNORMAL)
     assert not flushed.any(), (f"{what}: {int(flushed.sum())} outputs zero where float64's are "
