@@ -16,6 +16,7 @@ Usage: python3 benchmarks/probe_subnormal.py [--m 1,8,16,64,300] [--exps -120,-1
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import pathlib
 import re
@@ -54,12 +55,10 @@ def summarize(d: pathlib.Path) -> None:
             continue
         text = p.read_text(errors="replace")
         if p.suffix == ".ptx" or "ptx" in p.name:
-            ftz = re.findall(r"\b(\w+(?:\.\w+)*\.ftz(?:\.\w+)*)", text)
-            muls = re.findall(r"\b((?:mul|fma|add)\.(?:rn\.)?(?:ftz\.)?f32)\b", text)
-            counts = {}
-            for op in ftz + muls:
-                counts[op] = counts.get(op, 0) + 1
-            print(f"{p.name}: {dict(sorted(counts.items()))}")
+            # each instruction once: any with .ftz, and the f32 multiplies / adds without it
+            ops = [op for op in re.findall(r"\b([a-z][a-z0-9]*(?:\.[a-z0-9]+)+)\b", text)
+                   if ".ftz" in op or re.fullmatch(r"(mul|fma|add)(\.rn)?\.f32", op)]
+            print(f"{p.name}: {dict(sorted(collections.Counter(ops).items()))}")
         elif p.name.endswith("after_optimizations.txt"):
             calls = re.findall(r'custom_call_target="([^"]+)"', text)
             alphas = re.findall(r'"alpha_real":\s*([-0-9.e]+)', text)

@@ -191,6 +191,29 @@ def test_xla_gemm_config_lists_the_kernels_of_each_formulation(tmp_path):
     assert all(len(s.splitlines()) > 1 for s in sections), out
 
 
+def test_probe_subnormal_sweeps_and_summarizes(tmp_path):
+    """probe_subnormal.py (session 47; its first device run lost the sweep to `--exps -126`):
+    CPU smoke at a normal scale (XLA's CPU flushes subnormals, so quantize refuses them here) --
+    a record per (format, M, scale, mode) with the dispatcher's choice; and --summarize counts
+    a PTX file's .ftz instructions and an optimized HLO's custom calls."""
+    out_json = tmp_path / "sub.json"
+    _run(["benchmarks/probe_subnormal.py", "--formats", "fp8_per_tensor,fp8_block_a16", "--m",
+          "1", "--exps=-120", "--out", str(out_json)], tmp_path)
+    recs = json.loads(out_json.read_text())
+    assert [(r["format"], r["det"]) for r in recs] == [
+        ("fp8_per_tensor", False), ("fp8_per_tensor", True), ("fp8_block_a16", False),
+        ("fp8_block_a16", True)], recs
+    assert all(r["zeros"] == 0 and r["explain"].startswith("chosen:") for r in recs), recs
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "k.ptx").write_text("mul.rn.f32 %f1, %f2, %f3;\nmul.rn.ftz.f32 %f4, %f5, %f6;\n")
+    (dump / "m.sm_9.0a_gpu_after_optimizations.txt").write_text(
+        'custom_call_target="__cublas$lt$matmul", backend_config={"alpha_real":1}')
+    out = _run(["benchmarks/probe_subnormal.py", "--summarize", str(dump)], tmp_path)
+    assert "k.ptx: {'mul.rn.f32': 1, 'mul.rn.ftz.f32': 1}" in out, out
+    assert "custom calls ['__cublas$lt$matmul'] alpha_real ['1']" in out, out
+
+
 def test_probe_decode_plain_times_each_launch_beside_the_dispatcher(tmp_path):
     """The decode kernel's launch grid (CPU smoke: the interpreter on a tiny shape): a record
     per (splits, stages) beside bf16 and the dispatcher, none failed."""
