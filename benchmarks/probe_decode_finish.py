@@ -30,10 +30,8 @@ folds the parts in the CTA at default's K ranges (det_fold_parts): `<kernel>[det
 dispatcher) takes it at 4096x28672, 7168x24576 (one range) and 8192x8192 (two, one group
 each). Prediction: that row within 1.03x of default's at M = 1 / 8 / 16 there (4096x28672
 M = 16: ~43 us against 54.4).
---pad-rows (session 46, prepared): M = 9-15 finished in the kernel as 16 rows, XLA keeping M
-(PAD_Y_ROWS). Prediction at M = 12: the dispatcher's row ~1 us under decode_slabs from
-N = 8192 (the M = 16 finish's gain less a 16 x N copy), and in det mode decode_auto[det] at
-4096x28672 / 7168x24576 ~44 / ~66 us against the Mosaic kernel's ~55 / ~73 (H100).
+Session 47 ran --pad-rows (PAD_Y_ROWS, M = 9-15 finished as 16 rows): no faster than the
+dispatcher's launch (h100_padrows_s47.json); the option and PAD_Y_ROWS were removed.
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ import jax
 from jqlin import bench
 from jqlin.kernels.pallas_fp4 import nvfp4_post_scale
 from jqlin.kernels.pallas_fp8 import _weight_scale
-import pallas_kernels.fp8_a16_decode_mgpu as fp8_a16_decode_mgpu_module
 from pallas_kernels.fp8_a16_decode_mgpu import fp8_a16_decode_mgpu
 from pallas_kernels.group_a16_decode_mgpu import group_a16_decode_mgpu
 
@@ -85,16 +82,10 @@ def main(argv=None) -> int:
     p.add_argument("--splits", default="",
                    help="K-range counts to time besides the launch rule's (e.g. 1,2,4); a "
                         "count a shape's K cannot take gives an error row")
-    p.add_argument("--pad-rows", action="store_true",
-                   help="fp8_a16_decode_mgpu.PAD_Y_ROWS on (session 46, prepared): at M = 9-15 "
-                        "the in-kernel finish writes 16 rows and XLA keeps M -- for the "
-                        "dispatcher's rows and decode_fin / decode_auto[det]")
     p.add_argument("--det", action="store_true",
                    help="also deterministic mode: the dispatcher's det launch and the decode "
                         "kernels' det launch finished by XLA and (session 45) in the kernel")
     args = p.parse_args(argv)
-    if args.pad_rows:
-        fp8_a16_decode_mgpu_module.PAD_Y_ROWS = True
     cpu = jax.default_backend() == "cpu"
     shapes = [("tiny", 512, 256)] if cpu else bench.parse_shapes(args.shapes)
     ops = [bench.bf16_op()]

@@ -23,8 +23,9 @@
 #   in-kernel finish -- its GPU tests, then probe_decode_finish --det), fold (session 46:
 #   deterministic mode's folded decode launch -- its GPU tests, then probe_decode_finish
 #   --det), smallm (session 46: FP8 weight-only M = 2-8, XLA's dense GEMM -- the dispatcher's
-#   -- beside the decode kernel's two finishes), padrows (session 46: PAD_Y_ROWS -- M = 9-15
-#   finished in the kernel as 16 rows -- its GPU tests, then probe_decode_finish --pad-rows);
+#   -- beside the decode kernel's two finishes), subnormal (session 47: probe_subnormal.py's
+#   sweep, then four cases with PTX / HLO dumped); (padrows, session 46's PAD_Y_ROWS: measured
+#   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
 #   and (session 46) test_subnormal_scales (the FP8 kernels apply subnormal float32 scales)
@@ -246,16 +247,6 @@ if [[ $STAGES == *smallm* ]]; then  # session 46: FP8 weight-only M = 2-8, dense
   # kernel (its in-kernel finish from N = 8192 beat the dense GEMM at M = 8 on 3 shapes, H100)
   probe_finish smallm "${T_SMALLM:-300}" --m 2,4,8 \
     --formats "${SM_FORMATS:-fp8_per_channel_a16}" --shapes "${SM_SHAPES:-all}"
-fi
-if [[ $STAGES == *padrows* ]]; then  # session 46: M = 9-15 finished in the kernel (PAD_Y_ROWS)
-  timeout "${T_PAD_TESTS:-150}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
-    --tb=short -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py -k padded \
-    > "$OUT/pytest_padrows.log" 2>&1
-  echo "pytest padrows rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
-    "$OUT/pytest_padrows.log" | head -30
-  probe_finish padrows "${T_PAD:-200}" --pad-rows --det --m 9,12,15 \
-    --formats "${PAD_FORMATS:-fp8_per_channel_a16}" \
-    --shapes "${PAD_SHAPES:-8192x8192,4096x28672,7168x24576}"
 fi
 if [[ $STAGES == *subnormal* ]]; then  # session 47: which paths flush subnormal float32 scales
   timeout "${T_SUB:-220}" python3 benchmarks/probe_subnormal.py --m "${SUB_M:-1,64,300}" \

@@ -60,7 +60,7 @@ __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
            "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
            "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N", "folds_parts",
-           "det_fold_parts", "det_decode_launch", "DET_FOLD_KERNELS", "y_rows", "PAD_Y_ROWS"]
+           "det_fold_parts", "det_decode_launch", "DET_FOLD_KERNELS", "writes_y_rows"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -92,12 +92,6 @@ FINISH_IN_KERNEL_MIN_N = {"fp8_a16_decode_mgpu": 8192}
 # kernel. Its 8 parts as 8 ranges wrote 8 float32 slabs that XLA then read: at 4096x28672
 # M = 16, 53.6 us against default's 42.2 (H100, session 46).
 DET_FOLD_KERNELS = ("fp8_a16_decode_mgpu",)
-# M = 9-15 and the in-kernel finish: TMA stores y's rows in tiles of 8, so such a y cannot be
-# written as it is; with PAD_Y_ROWS the finish writes 16 rows (x's zero rows past M) and XLA
-# keeps the first M -- the M = 16 kernel, so the M = 16 bits. Prepared in session 46, not yet
-# timed (the slice's copy against the slabs' pass, and det mode's fold against the Mosaic
-# kernel at M = 9-15): off until `run_device_pending.sh padrows` says.
-PAD_Y_ROWS = False
 
 
 class DecodeParams(NamedTuple):
@@ -113,19 +107,18 @@ class KernelFinish(NamedTuple):
     left fold, then row.xla), so the same bits, without the slabs' round trip and XLA's pass
     (H200, session 30: 1.2-1.7 us of a 6-24 us decode)."""
     out_dtype: jnp.dtype  # 16-bit: the transposed store is stmatrix .trans
-    rows: int  # M (plain_slabs writes y_rows(M) rows and keeps M)
+    rows: int  # M
     row: RowFinish
     # deterministic mode's det_groups: the ranges form this many equal groups of consecutive
     # ones, each added in K order, then the groups' sums in order (sum_device_splits' fold)
     groups: int = 1
 
 
-def y_rows(m: int) -> int | None:
-    """The rows the in-kernel finish writes for an M-row product: M where TMA's 8-row store
-    tiles take it (M <= 8 or a multiple of 8), 16 for M = 9-15 with PAD_Y_ROWS, else None."""
-    if m <= 8 or m % 8 == 0:
-        return m
-    return 16 if PAD_Y_ROWS and m < 16 else None
+def writes_y_rows(m: int) -> bool:
+    """Whether the in-kernel finish can write an M-row y: TMA stores y's rows in tiles of 8, so
+    M <= 8 or a multiple of 8. (Session 46's PAD_Y_ROWS wrote 16 rows for M = 9-15 and XLA kept
+    M: bitwise, but no faster than the dispatcher's launch on an H100, session 47 -- removed.)"""
+    return m <= 8 or m % 8 == 0
 
 
 def folds_parts(splits: int, range_parts: int, groups: int) -> bool:
@@ -141,14 +134,14 @@ def finishes_in_kernel(m: int, splits: int, out_dtype, *, deterministic: bool,
     """Whether a launch of `splits` K ranges can finish in the kernel (KernelFinish): on a GPU
     (the interpreter has no clusters), outside k_shards (the slabs of every device are summed),
     with a 16-bit output, at most MAX_CLUSTER ranges and M <= 8 or 16 (TMA's store tiles y's
-    rows by 8: it drops rows past a shorter y, but a longer one must be whole tiles; M = 9-15
-    with PAD_Y_ROWS: y_rows).
+    rows by 8: it drops rows past a shorter y, but a longer one must be whole tiles:
+    writes_y_rows).
     Deterministic mode's parts (range_parts of them a range, added by det_groups' `groups`)
     where folds_parts says the kernel can add them as XLA adds their slabs."""
     return (not interpret and current_k_shards() is None
             and folds_parts(splits, range_parts, groups)
             and jnp.dtype(out_dtype).itemsize == 2 and splits <= MAX_CLUSTER
-            and y_rows(m) is not None)
+            and writes_y_rows(m))
 
 
 def takes_kernel_finish(kernel: str, m: int, n: int, splits: int, out_dtype, *,
@@ -395,8 +388,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     necessarily of whole steps), each part's total kept apart and stored as its own slab --
     (splits * range_parts, N, 8 or 16) in K order -- so deterministic mode's parts need not
     be one CTA each (nor hold whole steps).
-    finish: the launch returns y (finish.rows = M, N) itself (KernelFinish; written as
-    y_rows(M) rows, x's zero rows past M too, and M kept); with range_parts > 1
+    finish: the launch returns y (finish.rows = M, N) itself (KernelFinish); with range_parts > 1
     (folds_parts: one range, or one range a group) each CTA adds its parts' totals as they
     close, by finish.groups' runs, instead of storing them -- fold_parts' additions.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
@@ -417,13 +409,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"{range_parts} for K={k}")
     if finish is not None and (
             not folds_parts(splits, range_parts, finish.groups) or splits > MAX_CLUSTER
-            or finish.rows != m or y_rows(m) is None or finish.row.op not in ("mul", "div")
+            or finish.rows != m or not writes_y_rows(m) or finish.row.op not in ("mul", "div")
             or jnp.dtype(finish.out_dtype).itemsize != 2 or finish.groups < 1
             or (splits * range_parts) % finish.groups):
         raise ValueError(f"plain_slabs: the in-kernel finish takes one part a range, one "
                          f"range or one range a group, at most {MAX_CLUSTER} ranges, a 16-bit "
-                         f"output, rows = M where y_rows takes it (M <= 8 or a multiple of 8; "
-                         f"9-15 with PAD_Y_ROWS), groups dividing the parts; got "
+                         f"output, rows = M with M <= 8 or a multiple of 8 (x's rows), groups "
+                         f"dividing the parts; got "
                          f"range_parts={range_parts}, splits={splits}, "
                          f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}, "
                          f"groups={finish.groups}")
@@ -647,10 +639,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                            transforms=swizzled(F32, block_m)),
                 plgpu.Barrier(num_arrivals=splits - 1)] if splits > 1 else []
     call = plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((y_rows(m), n), out_dtype),
+        body, out_type=jax.ShapeDtypeStruct((finish.rows, n), out_dtype),
         grid=(tiles,), grid_names=("tile",),
         cluster=(splits,) if splits > 1 else (), cluster_names=("range",) if splits > 1 else (),
         scratch_types=received + [plgpu.SMEM((block_m, WG_ROWS), out_dtype,
                                              transforms=swizzled(out_dtype, WG_ROWS))],
         compiler_params=params, interpret=interpret_params(interpret))
-    return call(*inputs)[:m]  # (y_rows: 16 rows written for M = 9-15)
+    return call(*inputs)

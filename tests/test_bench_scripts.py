@@ -230,10 +230,10 @@ def test_probe_decode_plain_times_each_launch_beside_the_dispatcher(tmp_path):
 def test_probe_decode_finish_runs_its_smoke(tmp_path):
     """The in-kernel finish probe (session 42) on CPU: bf16, the dispatcher and XLA's finish of
     the slabs per format (the interpreter has no clusters: no in-kernel op), in both modes
-    (--det), none failed; --pad-rows (session 46) parses and changes nothing there."""
+    (--det), none failed."""
     out_json = tmp_path / "finish.json"
     _run(["benchmarks/probe_decode_finish.py", "--m", "1", "--reps", "1", "--formats",
-          "fp8_per_channel_a16,nvfp4_a16", "--det", "--pad-rows", "--out", str(out_json)],
+          "fp8_per_channel_a16,nvfp4_a16", "--det", "--out", str(out_json)],
          tmp_path)
     recs = json.loads(out_json.read_text())["records"]
     assert {r["label"] for r in recs} == {"bf16"} | {

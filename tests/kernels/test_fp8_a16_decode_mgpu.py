@@ -22,8 +22,7 @@ from pallas_kernels.fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FILL_MIN
                                                 det_decode_launch, det_fold_parts,
                                                 finishes_in_kernel,
                                                 folds_parts, fp8_a16_decode_mgpu, plain_slabs,
-                                                KernelFinish, takes_kernel_finish, y_rows)
-import pallas_kernels.fp8_a16_decode_mgpu as decode_module
+                                                KernelFinish, takes_kernel_finish, writes_y_rows)
 from pallas_kernels.launch import fold_parts
 from pallas_kernels.mgpu_common import BLOCK, WG_ROWS, RowFinish
 
@@ -534,75 +533,24 @@ def test_gpu_deterministic_folded_parts_are_the_slabs_bitwise(rng, kind, k, n, h
         _check(run[True], x, w, ws)
 
 
-def test_pad_y_rows_rule(monkeypatch):
-    """M = 9-15 finish in the kernel only with PAD_Y_ROWS (prepared, off): then as 16 rows."""
-    assert [y_rows(m) for m in (1, 8, 9, 12, 15, 16)] == [1, 8, None, None, None, 16]
-    ok = dict(deterministic=False, interpret=False)
-    assert not finishes_in_kernel(12, 2, jnp.bfloat16, **ok)
-    assert det_fold_parts("fp8_a16_decode_mgpu", 12, 28672, 4096, jnp.bfloat16,
-                          interpret=False) is None
-    monkeypatch.setattr(decode_module, "PAD_Y_ROWS", True)
-    assert [y_rows(m) for m in (1, 8, 9, 12, 15, 16)] == [1, 8, 16, 16, 16, 16]
-    assert finishes_in_kernel(12, 2, jnp.bfloat16, **ok)
-    assert det_fold_parts("fp8_a16_decode_mgpu", 12, 28672, 4096, jnp.bfloat16,
-                          interpret=False) == 8
+def test_rows_the_in_kernel_finish_writes():
+    """The in-kernel finish writes y's rows in TMA's tiles of 8: M <= 8 or a multiple of 8.
+    M = 9-15 keep the slabs (deterministic mode's fold too: test_deterministic_fold_rule).
+    Session 47 removed PAD_Y_ROWS (16 rows written, XLA keeping M: bitwise, but no faster
+    than the dispatcher's launch on an H100)."""
+    assert [writes_y_rows(m) for m in (1, 8, 9, 12, 15, 16)] == [True, True, False, False,
+                                                                  False, True]
+    assert not finishes_in_kernel(12, 2, jnp.bfloat16, deterministic=False, interpret=False)
+    assert finishes_in_kernel(16, 2, jnp.bfloat16, deterministic=False, interpret=False)
 
 
 @pytest.mark.parametrize("m,held", [(9, 1), (12, 8), (15, 4)])
-def test_padded_rows_finish_in_the_interpreter(rng, m, held, monkeypatch):
-    """A y of M = 9-15 rows finished in the kernel (PAD_Y_ROWS: written as 16 rows, x's zero
-    rows past M, the first M kept): bitwise the slab path's rows, one chain or folded parts
-    (one range); without PAD_Y_ROWS an error."""
+def test_plain_slabs_refuses_a_finish_of_9_to_15_rows(rng, m, held):
+    """A y of M = 9-15 rows cannot be finished in the kernel: plain_slabs says so, one chain or
+    folded parts."""
     x, w, scales = _slab_operands(rng, m)
     launch = dict(splits=1, stages=2, interpret=True, range_parts=held, a_tile=_bf16_tile,
                   **(dict(chains="block", chain_scales=scales) if held > 1 else {}))
-    col = None if held > 1 else scales
-    finish = KernelFinish(jnp.bfloat16, m, RowFinish(col, 1.0, "mul"))
-    with pytest.raises(ValueError, match="PAD_Y_ROWS"):
+    finish = KernelFinish(jnp.bfloat16, m, RowFinish(None if held > 1 else scales, 1.0, "mul"))
+    with pytest.raises(ValueError, match="M <= 8 or a multiple of 8"):
         plain_slabs(x, w, **launch, finish=finish)
-    slabs = plain_slabs(x, w, **launch)
-    total = fold_parts(lambda p: slabs[p], held, 1)[:, :m].T
-    want = (total if col is None else total * col[None, :]).astype(jnp.bfloat16)
-    monkeypatch.setattr(decode_module, "PAD_Y_ROWS", True)
-    got = plain_slabs(x, w, **launch, finish=finish)
-    assert got.shape == (m, w.shape[0])
-    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)),
-                                  np.asarray(want.astype(jnp.float32)))
-
-
-def test_padded_finish_lowers_for_cuda_on_cpu(monkeypatch):
-    """With PAD_Y_ROWS, M = 12 at N = 8192 finishes in the kernel (16 rows) and XLA slices M:
-    one custom call, no XLA sum; deterministic mode folds (4096x28672)."""
-    monkeypatch.setattr(decode_module, "PAD_Y_ROWS", True)
-    for n, k, det in ((8192, 8192, False), (28672, 4096, True)):
-        x = jnp.ones((12, k), jnp.bfloat16)
-        w = jax.ShapeDtypeStruct((n, k), jnp.float8_e4m3fn)
-        ws = jax.ShapeDtypeStruct((n, 1), jnp.float32)
-        lowered = jax.jit(lambda *a, d=det: fp8_a16_decode_mgpu(
-            *a, scale_kind="channel", deterministic=d)).trace(x, w, ws).lower(
-            lowering_platforms=("cuda",))
-        assert lowered.out_info.shape == (12, n)
-        text = lowered.as_text()
-        assert text.count("stablehlo.custom_call") == 1 and "stablehlo.add" not in text
-        assert f"tensor<16x{n}xbf16>" in text and "stablehlo.slice" in text
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["channel", "block"])
-def test_gpu_padded_rows_finish_is_the_slabs_bitwise(rng, kind, monkeypatch):
-    """PAD_Y_ROWS (prepared, session 46): M = 9, 12, 15 finished in the kernel as 16 rows --
-    default mode's cluster finish at 8192x8192, deterministic mode's fold at 4096x28672 -- give
-    the slab path's rows bit for bit."""
-    monkeypatch.setattr(decode_module, "PAD_Y_ROWS", True)
-    for k, n, det in ((8192, 8192, False), (4096, 28672, True)):
-        x_all, w, ws = _operands(rng, 15, n, k, jnp.bfloat16, kind)
-        for m in (9, 12, 15):
-            x = x_all[:m]
-            run = {f: jax.jit(lambda *a, f=f: fp8_a16_decode_mgpu(
-                *a, scale_kind=kind, deterministic=det, in_kernel_finish=f))(x, w, ws)
-                for f in (False, None)}
-            assert run[None].shape == (m, n)
-            np.testing.assert_array_equal(np.asarray(run[None].astype(jnp.float32)),
-                                          np.asarray(run[False].astype(jnp.float32)),
-                                          err_msg=f"M={m} det={det}")
-            _check(run[None], x, w, ws)
