@@ -178,8 +178,10 @@ def _kernel(w_gmem, x_gmem, ws_gmem, post_gmem, out_gmem, first_gmem=None, *, st
         run, grand = carry  # this part's running total; the finished parts' sum
         run = one_block(w_smem, x_smem, ws, run, a_smem)
         zero = zero_total(run.shape)
-        close = lambda r, g: (zero, g + r)  # noqa: E731
-        if both:  # the first group's last part: its sum parked (or stored: store_first), the
+        if not both:
+            def close(r, g):
+                return zero, g + r
+        else:  # the first group's last part: its sum parked (or stored: store_first), the
             # second from zero
             mid = idx[0] // per_part == k_parts // 2 - 1
 
