@@ -24,7 +24,11 @@
 #   deterministic mode's folded decode launch -- its GPU tests, then probe_decode_finish
 #   --det), smallm (session 46: FP8 weight-only M = 2-8, XLA's dense GEMM -- the dispatcher's
 #   -- beside the decode kernel's two finishes), subnormal (session 47: probe_subnormal.py's
-#   sweep, then four cases with PTX / HLO dumped); (padrows, session 46's PAD_Y_ROWS: measured
+#   sweep, then four cases with PTX / HLO dumped), blockdet (session 48: probe_det_w8a8_mgpu.py --
+#   block W8A8's Mosaic kernel rows across M bitwise, its time at decode beside both modes),
+#   detspread (session 48: the same probe's --spread -- deterministic W8A8's K parts in the
+#   program against as split_k programs, the launch choice spread_k_parts makes by M);
+#   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
 #   tests runs test_formats / test_qweight too (session 41: quantize jitted, 16-bit CT division)
@@ -178,6 +182,18 @@ if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the decod
   echo "pytest finish rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finish.log"
   probe_finish finish "${T_FIN:-240}" --m 1,16 --shapes "${FIN_SHAPES:-all}" \
     --formats "${FIN_FORMATS:-fp8_per_channel_a16,fp8_block_a16,nvfp4_a16}"
+fi
+if [[ $STAGES == *blockdet* ]]; then  # session 48: deterministic block W8A8 on Mosaic at every M?
+  timeout "${T_BLOCKDET:-300}" python3 benchmarks/probe_det_w8a8_mgpu.py \
+    --shapes "${BLOCKDET_SHAPES:-all}" --m "${BLOCKDET_M:-1,16,256}" --out "$OUT/det_w8a8.json" \
+    > "$OUT/det_w8a8.log" 2>&1
+  echo "det_w8a8 rc=$?"; grep -E "^bitwise|fp8_block" "$OUT/det_w8a8.log" | cut -c1-118 | tail -60
+fi
+if [[ $STAGES == *detspread* ]]; then  # session 48: deterministic W8A8's parts spread by M
+  timeout "${T_SPREAD:-400}" python3 benchmarks/probe_det_w8a8_mgpu.py --spread \
+    --formats "${SPREAD_FORMATS:-fp8_block,fp8_ptpc}" --shapes "${SPREAD_SHAPES:-all}" \
+    --m "${SPREAD_M:-1,64,256,1024}" --out "$OUT/det_spread.json" > "$OUT/det_spread.log" 2>&1
+  echo "det_spread rc=$?"; grep -E "fp8_" "$OUT/det_spread.log" | cut -c1-118 | tail -200
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \

@@ -15,7 +15,7 @@ import jax
 
 from .common import MatmulConfig, NUM_SMS_DEFAULT, cdiv, next_pow2
 
-__all__ = ["num_sms", "k_block", "split_for", "det_k_parts", "spread_k_parts",
+__all__ = ["num_sms", "k_block", "split_for", "det_k_parts", "spread_k_parts", "spread_wins",
            "w8a16_heuristic", "w8a8_heuristic"]
 
 
@@ -122,14 +122,47 @@ def det_k_parts(k: int, bk: int, most: int = 8) -> int:
     return parts
 
 
-def spread_k_parts(cfg: MatmulConfig, m: int, n: int) -> MatmulConfig:
-    """A k_parts config launched as split_k=k_parts programs when its tiles alone would leave
-    SMs idle (small M). The K order is the same -- each part from zero, part sums added left to
-    right, scales after (bitwise on the H200: test_gpu_k_parts_are_the_split_k_sums) -- so this
+# spread_k_parts' launch model, fitted to deterministic fp8_block's two launches (H100, session
+# 48, benchmarks/probe_det_w8a8_mgpu.py --spread, h100_det_spread_s48.json: 11 shapes at
+# M = 1 / 64 / 256 / 1024, both launches in one run). With T output tiles on S SMs (T < S):
+#   in the program: max(weight bytes / (BW * min(1, SM_SHARE * T / S)), flops / (F * T / S))
+#   spread:         max(weight bytes / BW, flops / F) + float32 partials written and read / BW
+#                   + the partials' sum (its own launch)
+# The model picks the faster launch in 15 of the 16 T < S cases measured (8192x8192 M = 64:
+# spread, 6% behind). "Fewer tiles than SMs", the rule before it, spread 4096x4096 at M = 256
+# (128 tiles) into 8 float32 slabs of 256 x 4096: 42.7 us against 21.1 in the program (default
+# mode's Mosaic kernel: 25.5); also 14336x4096 M = 256 (76.3 / 63.6), 8192x10240 M = 64
+# (49.6 / 42.3), 4096x6144 M = 64 (23.1 / 21.0). From T >= S the parts stay in the program
+# (measured: 0.3-0.98x spread's time, but 7168x36864 M = 1, 288 tiles: 1.20x).
+SPREAD_BW = 2.8e12  # bytes/s: the weight stream with every SM busy (~the copy figure)
+SPREAD_SM_SHARE = 1.18  # one SM's program streams this many times its 1 / S share of BW
+SPREAD_FLOPS = 620e12  # the deterministic fp8 x fp8 config's rate with every SM busy
+SPREAD_SUM_S = 3e-6  # seconds: the partials' sum
+
+
+def spread_wins(m: int, n: int, k: int, cfg: MatmulConfig) -> bool:
+    """Whether cfg's k_parts run faster as split_k programs (their float32 partials summed after)
+    than inside each program, by the model above; never once the tiles fill the SMs."""
+    tiles, sms = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), num_sms()
+    if tiles >= sms:
+        return False
+    busy = tiles / sms
+    weight, flops = n * k, 2.0 * m * n * k  # (e4m3 weights: a byte each)
+    t_in = max(weight / (SPREAD_BW * min(1.0, SPREAD_SM_SHARE * busy)),
+               flops / (SPREAD_FLOPS * busy))
+    partials = 2 * 4 * m * n * cfg.k_parts
+    t_spread = (max(weight / SPREAD_BW, flops / SPREAD_FLOPS) + partials / SPREAD_BW
+                + SPREAD_SUM_S)
+    return t_spread < t_in
+
+
+def spread_k_parts(cfg: MatmulConfig, m: int, n: int, k: int) -> MatmulConfig:
+    """A k_parts config launched as split_k=k_parts programs where that runs faster
+    (spread_wins: its tiles alone would leave SMs idle, and the partials cost less than the
+    idle SMs). The K order is the same -- each part from zero, part sums added left to right,
+    scales after (bitwise on the H200: test_gpu_k_parts_are_the_split_k_sums) -- so this
     M-dependent choice keeps deterministic mode batch-invariant; only the launch changes."""
-    if cfg.k_parts == 1 or cfg.split_k != 1:
-        return cfg
-    if cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n) >= num_sms():
+    if cfg.k_parts == 1 or cfg.split_k != 1 or not spread_wins(m, n, k, cfg):
         return cfg
     return dataclasses.replace(cfg, split_k=cfg.k_parts, k_parts=1)
 

@@ -40,7 +40,7 @@ def w8a8_config(m: int, n: int, k: int, *, x_scale_kind: str, w_scale_kind: str,
         name, m=m, n=n, k=k, deterministic=deterministic, explicit=config,
         extra=f"{x_scale_kind}/{w_scale_kind}",
         heuristic=functools.partial(w8a8_heuristic, per_block=block))
-    return name, cfg if config is not None else spread_k_parts(cfg, m, n)
+    return name, cfg if config is not None else spread_k_parts(cfg, m, n, k)
 
 
 def w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,

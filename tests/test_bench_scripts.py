@@ -278,3 +278,28 @@ def test_bench_out_dtype_times_each_variant(tmp_path):
     assert labels == {"bf16"} | {f"{f}:{v}" for f in ("mxfp8_a16", "fp8_ptpc")
                                  for v in ("bf16_out", "f32_out", "f32_x", "f16_x")}, labels
     assert all(r["median_us"] > 0 for r in recs)
+
+
+def test_probe_det_w8a8_mgpu_checks_rows_and_times_the_paths(tmp_path):
+    """probe_det_w8a8_mgpu.py (session 48) on CPU: the interpreter's Mosaic rows are bitwise the
+    rows alone, and a record per (M, op) -- bf16, the dispatcher in both modes, the Mosaic path
+    forced -- none failed; with --spread, per format the deterministic config both ways."""
+    out_json = tmp_path / "det_w8a8.json"
+    _run(["benchmarks/probe_det_w8a8_mgpu.py", "--tiny", "--out", str(out_json)], tmp_path)
+    d = _strict_json(out_json.read_text())
+    assert [(b["M"], b["all_bitwise"]) for b in d["bitwise"]] == [(3, True)], d["bitwise"]
+    assert sorted((r["M"], r["label"]) for r in d["records"]) == sorted(
+        (m, label) for m in (1, 3) for label in (
+            "bf16", "fp8_block:pallas_fp8_block", "fp8_block:pallas_fp8_block[det]",
+            "fp8_block:path_mgpu")), d["records"]
+    assert not [r for r in d["records"] if r.get("error")]
+    _run(["benchmarks/probe_det_w8a8_mgpu.py", "--tiny", "--spread", "--formats",
+          "fp8_block,fp8_ptpc", "--out", str(out_json)], tmp_path)
+    d = _strict_json(out_json.read_text())
+    assert d["bitwise"] == [] and sorted((r["M"], r["label"]) for r in d["records"]) == sorted(
+        [(m, "bf16") for m in (1, 3)] + [
+            (m, f"{fmt}:{op}") for m in (1, 3)
+            for fmt, kernel in (("fp8_block", "pallas_fp8_block"), ("fp8_ptpc", "pallas_fp8_w8a8"))
+            for op in (kernel, f"{kernel}[det]", "det_in_program[det]", "det_spread[det]")]), \
+        d["records"]
+    assert not [r for r in d["records"] if r.get("error")]

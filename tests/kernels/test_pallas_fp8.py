@@ -257,11 +257,12 @@ def test_k_parts_are_the_split_k_sums(rng, x_kind, w_kind):
 
 
 def test_deterministic_k_parts_launch_as_splits_at_small_m(rng, monkeypatch):
-    """Deterministic fp8 x fp8 runs its K parts as split_k programs when the tiles alone would
-    leave SMs idle, and in-program at large M: the launch follows M, the bits do not."""
+    """Deterministic fp8 x fp8 runs its K parts as split_k programs where spread_wins says so
+    (small M), and in-program at large M: the launch follows M, the bits do not."""
     import pallas_kernels.fp8_heuristics as heur
     from pallas_kernels import w8a8_config, w8a8_matmul
-    monkeypatch.setattr(heur, "num_sms", lambda: 3)  # 2 N-tiles: M <= 64 is below, M=65 not
+    # (at this size the model's fixed cost of the partials' sum never spreads: a rule by M)
+    monkeypatch.setattr(heur, "spread_wins", lambda m, n, k, cfg: m <= 64)
     m, n, k = 65, 256, 1024
     cfg = lambda mm: w8a8_config(mm, n, k, x_scale_kind="row", w_scale_kind="channel",
                                  deterministic=True)[1]
@@ -278,6 +279,29 @@ def test_deterministic_k_parts_launch_as_splits_at_small_m(rng, monkeypatch):
     whole = run(xq, xs)
     for i in (0, 31, 64):
         np.testing.assert_array_equal(run(xq[i:i + 1], xs[i:i + 1])[0], whole[i])
+
+
+# (K, N, M, spread) of deterministic fp8_block's launches, the faster one measured on an H100
+# (session 48, h100_det_spread_s48.json; 132 SMs): every case with fewer output tiles than SMs
+# but 8192x8192 M = 64, where the model spreads and the parts ran 6% faster in the program
+SPREAD_MEASURED = [
+    (4096, 4096, 1, True), (4096, 4096, 64, True), (4096, 4096, 256, False),
+    (4096, 6144, 1, True), (4096, 6144, 64, False), (8192, 8192, 1, True),
+    (8192, 10240, 1, True), (8192, 10240, 64, False), (14336, 4096, 1, True),
+    (14336, 4096, 64, True), (14336, 4096, 256, False), (18432, 7168, 1, True),
+    (18432, 7168, 64, True), (28672, 8192, 1, True), (28672, 8192, 64, True),
+    # as many tiles as SMs or more: in the program (no model)
+    (4096, 28672, 1, False), (8192, 57344, 64, False), (4096, 4096, 1024, False)]
+
+
+@pytest.mark.parametrize("k,n,m,spread", SPREAD_MEASURED)
+def test_spread_wins_picks_the_launch_that_measured_faster(monkeypatch, k, n, m, spread):
+    import pallas_kernels.fp8_heuristics as heur
+    from pallas_kernels import w8a8_config
+    monkeypatch.setattr(heur, "num_sms", lambda: 132)
+    cfg = w8a8_config(m, n, k, x_scale_kind="group", w_scale_kind="block",
+                      deterministic=True)[1]
+    assert (cfg.split_k, cfg.k_parts) == ((8, 1) if spread else (1, 8))
 
 
 def test_k_parts_validation():
