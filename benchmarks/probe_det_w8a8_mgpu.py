@@ -20,9 +20,9 @@ Prediction: (1) bitwise at every M. (2) path_mgpu / default <= 1.15 at M = 1-64 
 24576 (>= 192 output tiles for 132 SMs), 1.5-3x where N <= 8192 (32-64 tiles: at most half
 the SMs stream the weight); ~1.0 at M = 256 (the same kernel).
 Measured (H100, session 48, `h100_det_w8a8_mgpu_s48.json`): (1) bitwise on both shapes at
-M = 7, 64, 300. (2) wrong at decode: path_mgpu / default 1.15-2.2x at M = 1 / 16 on every shape
-(8192x57344 1.23x, 4096x4096 2.2x) -- the Mosaic kernel needs a decode launch of the same
-bits first; at M = 256 1.00x.
+M = 7, 64, 300. (2) wrong at decode: path_mgpu / default 1.11-2.51x at M = 1 / 16 on every
+shape (4096x28672 1.11-1.15x, 14336x4096 2.38-2.51x) -- the Mosaic kernel needs a decode launch
+of the same bits first; at M = 256 1.00x.
 
 --spread (session 48): deterministic mode's own launch choice instead. Its W8A8 config (Triton,
 K in det_k_parts parts) runs the parts inside each program, or -- spread_k_parts, where the
