@@ -245,8 +245,10 @@ def _k_parts_vs_split_k(rng, x_kind, w_kind, m, n, k, cfg, parts, interpret):
     parted = run(dataclasses.replace(cfg, k_parts=parts))
     split = run(dataclasses.replace(cfg, split_k=parts))
     assert np.array_equal(parted.view(np.uint32), split.view(np.uint32))
-    if interpret:  # the parts change the sums, so the check has teeth. (On the GPU the fp8
-        # MMA's truncated 128-K results add up exactly in float32 at this size: any order.)
+    if interpret and jax.default_backend() == "cpu":  # the parts change the sums, so the
+        # check has teeth. (On the GPU the fp8 MMA's truncated 128-K results add up exactly in
+        # float32 at this size, in any order -- and so do the interpreter's dots run there:
+        # this assertion failed on an H100 host, session 48, h100_pytest_spread_s48.log.)
         assert not np.array_equal(parted, run(cfg))
 
 
