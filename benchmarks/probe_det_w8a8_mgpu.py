@@ -35,6 +35,10 @@ deterministic config forced both ways (`det_in_program`, `det_spread`).
 Prediction: det_in_program under det_spread where the tiles fill >= ~0.9 of a wave at M >= 256
 (4096x4096 M = 256: ~20 us against 42.7); det_spread under det_in_program wherever the last wave
 is part-empty at M <= 64 (7168x36864 M = 1: ~96 us against 122.8).
+Measured (H100, session 48, `h100_det_spread_s48.json`): both held (21.1 against 42.7 us;
+102.1 against 122.8), but with T >= S tiles the program beat the split everywhere else, and at
+M = 64 the split lost where the partials are large beside the weight (8192x10240: 49.6 against
+42.3) -- hence fp8_heuristics.spread_wins' launch model rather than a wave-fill rule.
 
 Not answered here: row-parallel layers. Deterministic mode promises K-sharded layers bitwise
 the unsharded one (k_parts: Triton's det config sums K in up to 8 parts); the Mosaic kernel
@@ -64,6 +68,7 @@ from jqlin.kernels.pallas_fp8 import w8a8_apply
 from pallas_kernels.fp8_heuristics import w8a8_heuristic
 
 FMT = "fp8_block"
+W8A8_FORMATS = ("fp8_block", "fp8_ptpc", "fp8_per_tensor")
 BITWISE_MS = (7, 64, 300)
 
 
@@ -123,6 +128,8 @@ def main(argv=None) -> int:
     interpret = jax.default_backend() == "cpu"
     if interpret and not args.tiny:
         p.error("on CPU only --tiny runs (the Mosaic interpreter is slow)")
+    if bad := set(args.formats.split(",")) - set(W8A8_FORMATS):
+        p.error(f"--formats: {sorted(bad)} not among the W8A8 formats {W8A8_FORMATS}")
     shapes = [("tiny", 256, 256)] if args.tiny else bench.parse_shapes(args.shapes)
     ms = [1, 3] if args.tiny else [int(v) for v in args.m.split(",")]
     bit_shapes = [] if args.spread else ([(256, 256)] if args.tiny else [
