@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jqlin
-from jqlin.kernels.pallas_fp8 import w8a16_apply, w8a8_apply
+from jqlin import bench
 
 
 def _time(f, *args, calls: int = 20) -> float:
@@ -47,18 +47,12 @@ def main(argv=None) -> int:
             qw = jqlin.quantize(w, fmt, calibration=x if fmt == "fp8_per_tensor" else None)
             times = {}
             for path in ("pallas", "dense"):  # pallas: the Triton kernel's config for this M
-                f = jax.jit(lambda a, q, pth=path: _run(a, q, pth))
+                f = jax.jit(bench.fp8_op(fmt, path, path=path).fn)
                 times[path] = _time(f, x, qw)
             print(f"M={m:5d} {fmt:20s} bf16 {t_bf16 * 1e6:8.1f} us | pallas "
                   f"{times['pallas'] * 1e6:8.1f} us ({t_bf16 / times['pallas']:.2f}x) | dense "
                   f"{times['dense'] * 1e6:8.1f} us ({t_bf16 / times['dense']:.2f}x)", flush=True)
     return 0
-
-
-def _run(x, qw, path: str):
-    """The fp8 kernel of qw's spec with an explicit path (the dispatcher picks "dense" here)."""
-    apply = w8a16_apply if qw.spec.activation is None else w8a8_apply
-    return apply(x, qw, qw.spec, path=path, interpret=jax.default_backend() == "cpu")
 
 
 if __name__ == "__main__":

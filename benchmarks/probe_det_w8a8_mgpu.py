@@ -64,7 +64,6 @@ import numpy as np
 
 import jqlin
 from jqlin import bench
-from jqlin.kernels.pallas_fp8 import w8a8_apply
 from pallas_kernels.fp8_heuristics import w8a8_heuristic
 
 FMT = "fp8_block"
@@ -72,32 +71,27 @@ W8A8_FORMATS = ("fp8_block", "fp8_ptpc", "fp8_per_tensor")
 BITWISE_MS = (7, 64, 300)
 
 
-def mgpu(x: jax.Array, qw, interpret: bool) -> jax.Array:
-    return w8a8_apply(x, qw, qw.spec, path="mgpu", interpret=interpret)
+def path_mgpu_op() -> bench.Op:
+    return bench.fp8_op(FMT, "path_mgpu", path="mgpu")
 
 
-def path_mgpu_op(interpret: bool) -> bench.Op:
-    return bench.Op("path_mgpu", FMT, "default", lambda x, qw: mgpu(x, qw, interpret))
-
-
-def det_config_op(fmt: str, n: int, k: int, spread: bool, interpret: bool) -> bench.Op:
+def det_config_op(fmt: str, n: int, k: int, spread: bool) -> bench.Op:
     """Deterministic mode's W8A8 config for (N, K), its K parts in each program or (spread) as
     split_k programs -- forced, whatever spread_k_parts would choose at the M it runs."""
     cfg = w8a8_heuristic(None, n, k, per_block=fmt == "fp8_block")
     if spread:
         cfg = dataclasses.replace(cfg, split_k=cfg.k_parts, k_parts=1)
-    fn = lambda x, qw: w8a8_apply(x, qw, qw.spec, deterministic=True, config=cfg,  # noqa: E731
-                                  interpret=interpret)
-    return bench.Op("det_spread" if spread else "det_in_program", fmt, "det", fn)
+    return bench.fp8_op(fmt, "det_spread" if spread else "det_in_program", config=cfg,
+                        deterministic=True)
 
 
-def rows_bitwise(k: int, n: int, ms=BITWISE_MS, rows: int = 4, seed: int = 0,
-                 interpret: bool = False) -> list[dict]:
+def rows_bitwise(k: int, n: int, ms=BITWISE_MS, rows: int = 4, seed: int = 0) -> list[dict]:
     """For each M in ms: whether `rows` rows of an M-row product (the rest random) are bitwise
     the same rows computed alone (M = 1), through the Mosaic path."""
     rng = np.random.default_rng(seed)
     qw = jqlin.quantize(rng.standard_normal((n, k)).astype(np.float32), FMT)
-    run = jax.jit(lambda x: mgpu(x, qw, interpret))
+    mgpu = path_mgpu_op().fn
+    run = jax.jit(lambda x: mgpu(x, qw))
     out = []
     for m in ms:
         x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
@@ -142,15 +136,15 @@ def main(argv=None) -> int:
 
     for k, n in bit_shapes:
         result["bitwise"] += rows_bitwise(k, n, ms=(3,) if args.tiny else BITWISE_MS,
-                                          rows=2 if args.tiny else 4, interpret=interpret)
+                                          rows=2 if args.tiny else 4)
         save()
     for model, k, n in shapes:  # (ops per shape: --spread's configs depend on it)
         ops = [bench.bf16_op()]
         for fmt in (args.formats.split(",") if args.spread else [FMT]):
             kernel = "pallas_fp8_block" if fmt == FMT else "pallas_fp8_w8a8"
             ops += [bench.kernel_op(kernel, fmt), bench.kernel_op(kernel, fmt, deterministic=True)]
-            ops += ([det_config_op(fmt, n, k, spread, interpret) for spread in (False, True)]
-                    if args.spread else [path_mgpu_op(interpret)])
+            ops += ([det_config_op(fmt, n, k, spread) for spread in (False, True)]
+                    if args.spread else [path_mgpu_op()])
         res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print, smoke=args.tiny,
                         on_header=lambda h: (result.update(h), save()),
                         on_record=lambda r: (result["records"].append(r), save()))

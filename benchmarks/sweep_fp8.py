@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jqlin import bench, formats
-from jqlin.kernels.pallas_fp8 import w8a16_apply, w8a8_apply
+from jqlin.kernels.pallas_fp8 import w8a16_apply
 from pallas_kernels import MatmulConfig
 from pallas_kernels.fp8_heuristics import num_sms, split_for
 from pallas_kernels.common import cdiv
@@ -151,12 +151,7 @@ def _tag(cfg: C) -> str:
 
 
 def _op(fmt: str, cfg: C, m: int) -> bench.Op:
-    spec = formats.get(fmt)
-    apply = w8a16_apply if spec.activation is None else w8a8_apply
-    interpret = jax.default_backend() == "cpu"  # CPU: a smoke run of the sweep itself
-    fn = lambda x, qw, cfg=cfg: apply(x, qw, qw.spec, config=cfg, interpret=interpret)
-    return bench.Op(f"cfg[{_tag(cfg)}]", fmt, "default", fn, min_m=m, max_m=m,
-                    config=cfg.to_json())
+    return bench.fp8_op(fmt, f"cfg[{_tag(cfg)}]", config=cfg, min_m=m, max_m=m)
 
 
 def _mgpu_block_op(blocks: int, group_m: int = 1, programs: int | None = None) -> bench.Op:
@@ -303,12 +298,8 @@ def _path_op(fmt: str, path: str) -> bench.Op:
     """fmt through the dispatcher's kernel for it with fp8_path's choice replaced by `path`
     ('pallas': the Triton kernels, 'dense': one XLA GEMM of the stored codes, 'mgpu': the
     Mosaic GPU kernels) -- where a rule's threshold M sits (session 19's mid-M probe)."""
-    spec = formats.get(fmt)
-    apply = w8a16_apply if spec.activation is None else w8a8_apply
-    interpret = jax.default_backend() == "cpu"
-    fn = lambda x, qw: apply(x, qw, qw.spec, path=path, interpret=interpret)  # noqa: E731
-    return bench.Op(f"path_{path}", fmt, "default", fn,
-                    xla_gemm_min_m=0 if path == "dense" else None)
+    return bench.fp8_op(fmt, f"path_{path}", path=path,
+                        xla_gemm_min_m=0 if path == "dense" else None)
 
 
 def _reduce_op(fmt: str, dtype) -> bench.Op:
@@ -343,10 +334,7 @@ MID_M_PATHS = {"fp8_per_tensor_a16": ("mgpu", "dense"), "fp8_per_channel_a16": (
 
 def _triton_block_op() -> bench.Op:
     """fp8_block through the Triton kernel at every M (the dispatcher leaves it at M >= 256)."""
-    from jqlin.kernels.pallas_fp8 import w8a8_apply
-    interpret = jax.default_backend() == "cpu"
-    return bench.Op("triton_block", "fp8_block", "default",
-                    lambda x, qw: w8a8_apply(x, qw, qw.spec, interpret=interpret, path="pallas"))
+    return bench.fp8_op("fp8_block", "triton_block", path="pallas")
 
 
 def _ops_for(fmt: str, cfgs, ms, n: int, k: int, target: int, baselines: bool):

@@ -114,6 +114,23 @@ def kernel_op(kernel: str, fmt: str, deterministic: bool = False, **kw: Any) -> 
               **kw)
 
 
+def fp8_op(fmt: str, name: str, *, path: str | None = None, config: Any = None,
+           deterministic: bool = False, **kw: Any) -> Op:
+    """`fmt` through its fp8 kernel's glue (w8a16_apply / w8a8_apply: the dispatcher's
+    arithmetic) with the kernel's own choice overridden -- `path` (fp8_paths.PATHS) and / or
+    `config` (a MatmulConfig, recorded in the op) -- for probes of a launch the dispatcher would
+    not pick at that M. kw: Op's fields (min_m, max_m, xla_gemm_min_m)."""
+    from .kernels.pallas_fp8 import w8a16_apply, w8a8_apply
+    apply = w8a16_apply if formats.get(fmt).activation is None else w8a8_apply
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        return apply(x, qw, qw.spec, path=path, config=config, deterministic=deterministic,
+                     interpret=interpret)
+    return Op(name, fmt, "det" if deterministic else "default", fn,
+              config=None if config is None else config.to_json(), **kw)
+
+
 def two_rows(fn: Callable[[jax.Array, Any], jax.Array], how: str = "zeros"
              ) -> Callable[[jax.Array, Any], jax.Array]:
     """fn(x, w) for one row of x run on two ('zeros': a zero row appended -- its own XLA pass;
