@@ -60,7 +60,8 @@ __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
            "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
            "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N", "folds_parts",
-           "det_fold_parts", "det_decode_launch", "DET_FOLD_KERNELS", "writes_y_rows"]
+           "det_fold_parts", "det_decode_launch", "DET_FOLD_KERNELS", "writes_y_rows",
+           "FP8_X_MAX_M", "x_tile_rows"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -92,6 +93,16 @@ FINISH_IN_KERNEL_MIN_N = {"fp8_a16_decode_mgpu": 8192}
 # kernel. Its 8 parts as 8 ranges wrote 8 float32 slabs that XLA then read: at 4096x28672
 # M = 16, 53.6 us against default's 42.2 (H100, session 46).
 DET_FOLD_KERNELS = ("fp8_a16_decode_mgpu",)
+
+
+# e4m3 x (fp8_block_det's swap-AB launch) takes x tiles of up to this many rows: one tile for
+# all of M, wgmma's N (a multiple of 16 past 16 rows)
+FP8_X_MAX_M = 128
+
+
+def x_tile_rows(m: int) -> int:
+    """plain_slabs' x tile for M rows: 8, 16, or M rounded up to a multiple of 16."""
+    return 8 if m <= 8 else -(-m // 16) * 16
 
 
 class DecodeParams(NamedTuple):
@@ -369,12 +380,13 @@ def fp8_a16_decode_mgpu(x: jax.Array, w: jax.Array, w_scale: jax.Array, *, scale
 
 
 def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, splits: int,
-                stages: int, a_tile: Callable, blocks: int = 1, interpret: bool = False,
+                stages: int, a_tile: Callable | None, blocks: int = 1, interpret: bool = False,
                 chains: str = "range", chain_scales: jax.Array | None = None,
-                range_parts: int = 1, finish: KernelFinish | None = None) -> jax.Array:
-    """The launch: (splits, N, 8 or 16) float32 slabs of y^T (splits * range_parts with
+                range_parts: int = 1, finish: KernelFinish | None = None,
+                x_scales: jax.Array | None = None) -> jax.Array:
+    """The launch: (splits, N, x_tile_rows(M)) float32 slabs of y^T (splits * range_parts with
     range_parts), range s holding its K range's sums (x rows past M zero). x (M <= 16, K)
-    16-bit; w (N, K) codes of any dtype a_tile reads (int4 for e2m1); scales None or
+    16-bit (or e4m3, M <= FP8_X_MAX_M: x_scales); w (N, K) codes of any dtype a_tile reads (int4 for e2m1); scales None or
     (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
     A step is `blocks` K-blocks of 128; a_tile(w_ref, s_ref) -> one K-block's (64, 128) A
     operand in x's dtype (s_ref: its `c / blocks` scale columns; None without scales).
@@ -391,6 +403,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     finish: the launch returns y (finish.rows = M, N) itself (KernelFinish); with range_parts > 1
     (folds_parts: one range, or one range a group) each CTA adds its parts' totals as they
     close, by finish.groups' runs, instead of storing them -- fold_parts' additions.
+    x_scales: fp8 activations (W8A8, fp8_block_det): x e4m3 with float32 (M, K/128) scales,
+    a_tile None (the weight tile is wgmma's A operand as stored, from shared memory: fp8 wgmma
+    takes both operands K-major), "block" chains; each K-block's chain is multiplied by its x
+    rows' scales, then by chain_scales -- fp8_block_mgpu's (part * x scale) * w scale.
     (group_a16_decode_mgpu runs the group formats' decode through it.)"""
     m, k = x.shape
     n = w.shape[0]
@@ -419,7 +435,24 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"range_parts={range_parts}, splits={splits}, "
                          f"{jnp.dtype(finish.out_dtype)}, rows={finish.rows}, M={m}, "
                          f"groups={finish.groups}")
-    block_m = 8 if m <= 8 else 16
+    fp8_x = x.dtype == jnp.dtype(jnp.float8_e4m3fn)
+    if fp8_x != (x_scales is not None) or fp8_x != (a_tile is None) or (
+            fp8_x and (chains != "block" or scales is not None
+                       or x_scales.shape != (m, k // BLOCK))):
+        raise ValueError(f"plain_slabs: e4m3 x goes with x_scales (M, K/128) = {(m, k // BLOCK)}, "
+                         f"a_tile None and 'block' chains (16-bit x with neither); got x "
+                         f"{x.dtype}, x_scales "
+                         f"{None if x_scales is None else tuple(x_scales.shape)}, chains "
+                         f"{chains!r}, a_tile {'None' if a_tile is None else 'given'}")
+    if m > (FP8_X_MAX_M if fp8_x else DECODE_MAX_M):
+        raise ValueError(f"plain_slabs: x takes at most {DECODE_MAX_M} rows ({FP8_X_MAX_M} in "
+                         f"e4m3), got {m}")
+    block_m = x_tile_rows(m)
+    xs_rows = None
+    if fp8_x:  # one row of block_m scales a K-block, streamed beside its tiles (rows past M:
+        # ones -- x's rows there are TMA's zeros)
+        xs_rows = jnp.pad(x_scales.astype(F32).T, ((0, 0), (0, block_m - m)),
+                          constant_values=1.0)
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
     if m > 8 and m % 8:
@@ -428,8 +461,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
     steps, tiles = k // step_k // splits, n // WG_ROWS
     scale_cols = 0 if scales is None else scales.shape[1] // (k // step_k)
 
-    piped = 2 + (scales is not None)  # operands the pipeline streams
-    inputs = [a for a in (w, x, scales, cs) if a is not None]
+    piped = 2 + (scales is not None) + fp8_x  # operands the pipeline streams
+    inputs = [a for a in (w, x, scales, xs_rows, cs) if a is not None]
     col = None if finish is None else finish.row.col
     if col is not None:
         inputs.append(col)
@@ -492,10 +525,13 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                     plgpu.BlockSpec((block_m, step_k), lambda i: (0, first + i),
                                     transforms=swizzled(x.dtype))] + (
                 [plgpu.BlockSpec((WG_ROWS, scale_cols), lambda i: (tile, first + i))]
-                if scales is not None else [])
+                if scales is not None else []) + (
+                [plgpu.BlockSpec((blocks, block_m), lambda i: (first + i, 0))] if fp8_x else [])
 
         def a_operand(w_smem, s_smem, j, a_smem):  # K-block j of the step, as wgmma's A
             cols = pl.ds(j * BLOCK, BLOCK)
+            if a_tile is None:  # (fp8 x: the stored tile)
+                return w_smem if blocks == 1 else w_smem.at[:, cols]
             s_ref = (s_smem[0].at[:, pl.ds(j * scale_cols // blocks, scale_cols // blocks)]
                      if s_smem else None)
             a = a_tile(w_smem if blocks == 1 else w_smem.at[:, cols], s_ref)
@@ -566,7 +602,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
 
             def step(idx, w_smem, x_smem, *rest):
                 *s_smem, totals = rest
+                xs_smem = s_smem.pop() if fp8_x else None
                 for j, part in enumerate(step_chains(w_smem, x_smem, s_smem)):
+                    if xs_smem is not None:  # the x rows' scales first (fp8_block_mgpu's order)
+                        xr = plgpu.load(xs_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(0))
+                        part = part * lax.broadcast_in_dim(xr, part.shape, [1])
                     if row is not None:
                         part = part * lax.broadcast_in_dim(row, part.shape, [0])
                     elif cs_smem is not None:
@@ -607,14 +647,14 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
             store(acc[...], out_smem)
 
         scratch = ([plgpu.SMEM((WG_ROWS, BLOCK), x.dtype, transforms=swizzled(x.dtype))]
-                   if interpret else [])
+                   if interpret and not fp8_x else [])
         if chains == "block":
             held = [] if cs is None else [
                 plgpu.SMEM((WG_ROWS,) if cs.ndim == 1 else (1, cs.shape[1]), F32),
                 plgpu.Barrier(num_arrivals=1)]
             pl.run_scoped(
                 lambda out_smem, *rest: by_blocks(
-                    out_smem, rest[len(held)] if interpret else None, *rest[:len(held)]),
+                    out_smem, rest[len(held)] if scratch else None, *rest[:len(held)]),
                 plgpu.SMEM((WG_ROWS, block_m), F32), *held, *scratch)
             return
         pl.run_scoped(

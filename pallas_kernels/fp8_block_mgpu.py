@@ -33,10 +33,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import cdiv
+from .common import cdiv, current_k_shards
 from .fp8_heuristics import num_sms
+from .launch import sum_device_splits
 from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
-                          warpgroup_pipeline, weight_scale_rows)
+                          warpgroup_pipeline, weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
@@ -44,14 +45,18 @@ F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
 
 
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
-            group_m: int, persistent: bool):
+            group_m: int, persistent: bool, k_parts: int, spread: bool):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
     m_tiles, n_tiles = m // BLOCK, n // BLOCK
     step_k = blocks * BLOCK  # K per pipeline step
+    # spread: each K part is a CTA's whole K range (its own float32 slab of out_gmem)
+    k_range = k // k_parts if spread else k
+    steps = k_range // step_k
+    per_part = steps // (1 if spread else k_parts)  # steps per K part
     fp8_tiles = swizzled(E4M3)
 
-    def body(_, x_smem, w_smem, xs_smem, ws_smem, total):
+    def body(idx, x_smem, w_smem, xs_smem, ws_smem, carry):
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
@@ -61,21 +66,30 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
             part = part * lax.broadcast_in_dim(xs, part.shape, [0])
             return part * lax.broadcast_in_dim(ws, part.shape, [1])
 
-        def run_blocks(*accs):  # a fresh accumulator per K-block: its sum alone
+        def run_blocks(total, *accs):  # a fresh accumulator per K-block: its sum alone
             for j, acc in enumerate(accs):  # all wgmmas issued first (asynchronous)
                 cols = pl.ds(j * BLOCK, BLOCK)
                 plgpu.wgmma(acc, x_smem.at[rows, cols], w_smem.at[:, cols].transpose((1, 0)))
-            t = total
             for j, acc in enumerate(accs):  # promote block j while later ones still run
                 part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
-                t = t + scaled(part, j)
-            return t
+                total = total + scaled(part, j)
+            return total
 
-        return pl.run_scoped(run_blocks, *[plgpu.ACC((WG_ROWS, BLOCK), F32)] * blocks)
+        def step(total):
+            return pl.run_scoped(functools.partial(run_blocks, total),
+                                 *[plgpu.ACC((WG_ROWS, BLOCK), F32)] * blocks)
+
+        if per_part == steps:  # one K part here: one running total
+            return step(carry)
+        run, grand = carry  # this part's running total; the finished parts' sum
+        run = step(run)
+        i = idx[0] + 1
+        ends = i - (i // per_part) * per_part == 0
+        zero = zero_total(run.shape)
+        return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
     def pipeline(body_fn, context):
-        return warpgroup_pipeline(body_fn, context, steps=k // step_k, stages=stages,
-                                  in_specs=[
+        return warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, in_specs=[
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
             plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
@@ -83,6 +97,8 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
         ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
+    tiles = m_tiles * n_tiles
+    ranges = k_parts if spread else 1
 
     @functools.partial(
         pl.run_scoped,
@@ -93,19 +109,24 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
     )
     def _scope(allocs, out_smem):
         def run_tile(t):
-            m_idx, n_idx = tile_index(t, m_tiles, n_tiles, group_m)
+            tile, part = (t % tiles, t // tiles) if spread else (t, 0)
+            m_idx, n_idx = tile_index(tile, m_tiles, n_tiles, group_m)
             m_slice = pl.ds(m_idx * BLOCK, BLOCK)
             n_slice = pl.ds(n_idx * BLOCK, BLOCK)
-            context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem,
-                                        row_slice=m_slice, col_slice=n_slice)
-            pipeline(body, context)(x_gmem.at[m_slice], w_gmem.at[n_slice],
-                                    xs_gmem.at[:, m_slice], ws_gmem.at[:, n_slice],
+            k_slice = pl.ds(part * k_range, k_range)
+            kb_slice = pl.ds(part * (k_range // BLOCK), k_range // BLOCK)
+            context = functools.partial(store_rows, out_smem=out_smem,
+                                        out_gmem=out_gmem.at[part] if spread else out_gmem,
+                                        row_slice=m_slice, col_slice=n_slice,
+                                        parts=per_part != steps)
+            pipeline(body, context)(x_gmem.at[m_slice, k_slice], w_gmem.at[n_slice, k_slice],
+                                    xs_gmem.at[kb_slice, m_slice], ws_gmem.at[kb_slice, n_slice],
                                     allocations=allocs)
 
         if persistent:  # each CTA walks tiles t, t + programs, ...: the TMA warpgroup
             # prefetches the next tile's operands while the compute warpgroups finish this
             # one, and this tile's output store overlaps the next tile's MMAs
-            @plgpu.nd_loop((m_tiles * n_tiles,), collective_axes="tile")
+            @plgpu.nd_loop((tiles * ranges,), collective_axes="tile")
             def _tiles(info):
                 run_tile(info.index[0])
         else:
@@ -126,7 +147,7 @@ def launch_params(k: int) -> dict:
 def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array,
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1, group_m: int = 1,
-                          programs: int | None = None,
+                          programs: int | None = None, k_parts: int = 1, spread: bool = False,
                           interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
@@ -138,6 +159,11 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     group_m: output tile rows launched together (1: row by row; see mgpu_common.tile_index).
     programs: None launches one CTA per 128 x 128 output tile; an int launches that many
     persistent CTAs (e.g. the SM count), each looping over every programs-th tile.
+    k_parts: K in this many equal parts of whole pipeline steps, each part's total from zero,
+    the parts' totals added in K order (deterministic mode's order: fp8_block_det). spread:
+    the parts run as CTAs of their own (tiles x k_parts of them), each writing its part's
+    float32 total to a slab of its own, which XLA adds in K order (sum_device_splits: inside
+    common.k_shards every device's) before the rounding -- the same sums as the CTA's fold.
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
     if blocks_per_step not in (1, 2):
         raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
@@ -158,17 +184,27 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
         raise ValueError(f"x_scale must be {(m, k // BLOCK)} and w_scale "
                          f"{(n // BLOCK, k // BLOCK)}, got {tuple(x_scale.shape)} and "
                          f"{tuple(w_scale.shape)}")
+    if not (isinstance(k_parts, int) and k_parts >= 1
+            and (k // (BLOCK * blocks_per_step)) % k_parts == 0):
+        raise ValueError(f"k_parts must cut K={k}'s {k // (BLOCK * blocks_per_step)} pipeline "
+                         f"steps of {blocks_per_step} K-block(s) into equal parts, got "
+                         f"{k_parts!r}")
+    if spread and current_k_shards() is None and k_parts == 1:
+        raise ValueError("spread runs K parts as CTAs: it needs k_parts > 1")
     mp = cdiv(m, BLOCK) * BLOCK
     if mp != m:  # padding rows: zero codes, unit scales; sliced off below
         xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
         x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
-    tiles = mp // BLOCK * (n // BLOCK)
+    ctas = mp // BLOCK * (n // BLOCK) * (k_parts if spread else 1)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_cols = weight_scale_rows(w_scale, "block", n, k)  # (K/128, N)
+    out = (jax.ShapeDtypeStruct((k_parts, mp, n), F32) if spread else
+           jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
-                          persistent=programs is not None),
-        jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)), min(programs or tiles, tiles),
-        interpret)
+                          persistent=programs is not None, k_parts=k_parts, spread=spread),
+        out, min(programs or ctas, ctas), interpret)
     y = call(xq, w, xs_rows, ws_cols)
+    if spread:  # (inside k_shards: every device's slabs, in K order)
+        y = sum_device_splits(y, k_parts, mp, n).astype(out_dtype)
     return y[:m] if mp != m else y

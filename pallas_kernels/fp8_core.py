@@ -39,6 +39,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .common import MatmulConfig, cdiv
+from .fp8_block_det import det_launch as det_w8a8_launch, fp8_block_det_mgpu
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
 from .fp8_block_mgpu import launch_params as _w8a8_launch
 from .fp8_a16_decode_mgpu import fp8_a16_decode_mgpu
@@ -304,12 +305,13 @@ def validate_config(cfg: MatmulConfig, *, k: int, per_block: bool, m: int,
 
 
 def mgpu_launch_params(weight_only: bool, m: int, n: int, k: int, interpret: bool,
-                       deterministic: bool = False) -> dict:
+                       deterministic: bool = False, out_dtype=jnp.bfloat16) -> dict:
     """The launch settings of the 'mgpu' path's kernel for this problem (fp8_block_a16_mgpu for
-    weight-only, else fp8_block_mgpu): what fp8_matmul runs and describe_config reports."""
+    weight-only, else fp8_block_mgpu; deterministic W8A8: fp8_block_det's DetLaunch): what
+    fp8_matmul runs and describe_config reports."""
     if not weight_only:
         if deterministic:
-            raise ValueError("the mgpu path has no deterministic schedule for W8A8 (fp8_paths)")
+            return det_w8a8_launch(m, n, k, out_dtype=out_dtype, interpret=interpret)._asdict()
         return _w8a8_launch(k)
     return _w8a16_launch(m, n, k, interpret, deterministic)
 
@@ -332,10 +334,10 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
     (fp8_a16_decode_mgpu: weight-only, M <= 16; with deterministic=True the 'mgpu' kernel's
     deterministic order, the same bits; fp8_paths says where the dispatcher takes it); the
     last three
-    are not batch-invariant (fp8_paths) except weight-only 'mgpu' with deterministic=True.
+    are not batch-invariant (fp8_paths) except 'mgpu' with deterministic=True.
     config: the 'pallas' path's tiles (None for the other paths).
-    deterministic: the 'mgpu' weight-only kernel's M-free schedule (the 'pallas' path's order
-    is its config's).
+    deterministic: the 'mgpu' kernels' M-free schedules (weight-only: fp8_block_a16_mgpu's;
+    block W8A8: fp8_block_det's; the 'pallas' path's order is its config's).
     """
     if x_scale_kind not in X_SCALE_KINDS:
         raise ValueError(f"x_scale_kind must be one of {X_SCALE_KINDS}, got {x_scale_kind!r}")
@@ -387,6 +389,9 @@ def fp8_matmul(x: jax.Array, x_scale: jax.Array | None, w: jax.Array, w_scale: j
             raise ValueError("the mgpu path runs block-scaled W8A8 or weight-only: it needs "
                              f"x_scale_kind 'group' with w_scale_kind 'block', or 'none'; got "
                              f"{x_scale_kind!r} and {w_scale_kind!r}")
+        if deterministic:  # (its launch by M: det_launch)
+            return fp8_block_det_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
+                                      interpret=interpret)
         return fp8_block_matmul_mgpu(x, x_scale, w, w_scale, out_dtype=out_dtype,
                                      interpret=interpret,
                                      **mgpu_launch_params(False, m, n, k, interpret))

@@ -8,8 +8,9 @@ and whichever kernel it runs, it runs at every M: the Mosaic kernels' bits diffe
 Triton kernels' even in the same K order (probe_det_mgpu.py, session 6). So W8A16 with 16-bit
 x and N, K multiples of 128 runs the Mosaic kernel's M-free schedule (fp8_block_a16_mgpu.
 det_params) at every M on sm_90 -- up to 16 rows of some shapes on the plain decode kernel,
-which computes that schedule's sums to the bit -- and everything else the Triton kernels'
-M-free configs. An explicit tile config or path wins.
+which computes that schedule's sums to the bit -- block W8A8 (since session 49) fp8_block_det's
+one K order by its launch for M (swap-AB decode, or fp8_block_mgpu with K parts), and
+everything else the Triton kernels' M-free configs. An explicit tile config or path wins.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     M <= DECODE_MAX_M -- whole-K scales outside DENSE_A16_DECODE_M, block scales up to
     DECODE_BLOCK_MAX_K; else 'pallas'. out_dtype: the output's (None: x_dtype).
     deterministic: for that weight-only case 'mgpu' at every M, except 'decode' (the same
-    order, the same bits) where det_decode_wins; else 'pallas'."""
+    order, the same bits) where det_decode_wins; for block W8A8 where wgmma exists 'mgpu'
+    (fp8_block_det: its launches by M give the same bits); else 'pallas'."""
     if path is not None:
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
@@ -135,6 +137,8 @@ def fp8_path(m: int, *, x_scale_kind: str, w_scale_kind: str, deterministic: boo
     a16_mgpu = (x_scale_kind == "none" and n and k and n % BLOCK == 0 and k % BLOCK == 0
                 and x_dtype is not None and jnp.dtype(x_dtype).itemsize == 2)
     if deterministic:
+        if (x_scale_kind, w_scale_kind) == ("group", "block") and mosaic_wgmma_ok(interpret):
+            return "mgpu"
         if not (a16_mgpu and mosaic_wgmma_ok(interpret)):
             return "pallas"
         return "decode" if det_decode_wins(m, n, k, interpret, out_dtype or x_dtype,

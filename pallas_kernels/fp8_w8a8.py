@@ -63,4 +63,5 @@ def w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Ar
                             config=config)
     return fp8_matmul(xq, x_scale, w, w_scale, x_scale_kind=x_scale_kind,
                       w_scale_kind=w_scale_kind, config=cfg, out_dtype=out_dtype,
-                      interpret=interpret, name=name, poison_output=poison_output, path=path)
+                      interpret=interpret, name=name, poison_output=poison_output, path=path,
+                      deterministic=deterministic)

@@ -250,6 +250,9 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
                         f"{finished}{blocks}{order})"}
     if path == "mgpu":
         weight_only = kernel == W8A16.name
+        if deterministic and not weight_only:
+            return {"path": _det_w8a8_note(mgpu_launch_params(
+                False, m, n, k, interpret, True, out_dtype=out_dtype or x_dtype))}
         what = "W8A16 swap-AB" if weight_only else "block W8A8"
         params = mgpu_launch_params(weight_only, m, n, k, interpret, deterministic)
         launch = ", ".join(f"{key}={v}" for key, v in params.items())
@@ -265,6 +268,23 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
         _, cfg = w8a8_config(m, n, k, x_scale_kind=x_kind, w_scale_kind=w_kind,
                              deterministic=deterministic)
     return {**cfg.to_json(), "path": "pallas"}
+
+
+def _det_w8a8_note(launch: dict) -> str:
+    """explain()'s words for fp8_block_det's launch (its DetLaunch as a dict)."""
+    order = (f"deterministic order: K in {launch['parts']} parts, each K-block's chain times its "
+             f"x and weight scales, added in K order, the parts added in order")
+    if launch["kind"] == "decode":
+        how = (f"swap-AB plain-pipeline launch, 64-row weight tiles, one K part a CTA, "
+               f"stages={launch['stages']}, the parts added "
+               + ("by the CTAs' cluster in the kernel" if launch["in_kernel_finish"] else
+                  "by XLA from float32 slabs"))
+    else:
+        how = (f"128x128 output tiles, blocks_per_step={launch['blocks_per_step']}, the parts "
+               + ("folded in each CTA" if launch["kind"] == "fold" else
+                  "as CTAs of their own, added by XLA from float32 slabs"))
+    return (f"mgpu (Mosaic GPU deterministic block W8A8, fp8_block_det, launch "
+            f"'{launch['kind']}': {how}; {order})")
 
 
 W8A16 = register_kernel(Kernel(
@@ -300,6 +320,9 @@ BLOCK = register_kernel(Kernel(
     description="Pallas/Triton block-scaled FP8 x FP8 (128x128 weight blocks, 1x128 dynamic "
                 "activation groups, float32 or DeepSeek's ue8m0 scales), per-K-block scaling "
                 "of f32 partials; default mode at "
-                "M >= 256 on sm_90: the Mosaic GPU wgmma kernel (fp8_block_mgpu), same order",
+                "M >= 256 on sm_90: the Mosaic GPU wgmma kernel (fp8_block_mgpu), same order; "
+                "deterministic mode on sm_90: Mosaic GPU at every M in one K order "
+                "(fp8_block_det: swap-AB decode up to 16 rows, fp8_block_mgpu with K parts "
+                "beyond)",
     **HOPPER_PALLAS,
 ))

@@ -417,9 +417,13 @@ def test_paths_are_chosen_only_in_default_mode():
     assert a8(4096, interpret=True, **block) == "mgpu"  # the Mosaic GPU kernel (interpreted)
     assert a8(MGPU_MIN_M, interpret=True, **block) == "mgpu"
     assert a8(MGPU_MIN_M - 1, interpret=True, **block) == "pallas"
-    assert a8(4096, interpret=True, deterministic=True, **block) == "pallas"
+    # deterministic mode: fp8_block_det's one K order at every M (session 49)
+    assert {a8(m, interpret=True, deterministic=True, **block) for m in (1, 300, 4096)} == {
+        "mgpu"}
+    assert a8(4096, interpret=True, deterministic=True) == "pallas"  # (whole-K scales)
     if jax.default_backend() == "cpu":
         assert a8(4096, interpret=False, **block) == "pallas"  # no wgmma here
+        assert a8(4096, interpret=False, deterministic=True, **block) == "pallas"
     with pytest.raises(ValueError, match="path must be one of"):
         a8(16, path="cublas")
 
@@ -709,8 +713,8 @@ def test_deterministic_w8a16_decode_launch_keeps_the_rows(rng):
 def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):
     """Default mode, fp8_block, M >= MGPU_MIN_M: the Mosaic GPU wgmma kernel (its interpreter on
     CPU), with the Triton kernel's per-128-K order -- so it agrees with the Triton path to the
-    last few bits and with the XLA reference within the fp8 bound. Deterministic mode keeps the
-    Triton kernel's M-free schedule."""
+    last few bits and with the XLA reference within the fp8 bound. Deterministic mode runs
+    fp8_block_det (tests/kernels/test_fp8_block_det.py)."""
     from jqlin.kernels.pallas_fp8 import describe_config
     from pallas_kernels.fp8_paths import MGPU_MIN_M
     qw = qweight.quantize(jnp.asarray(rng.standard_normal((200, 384)), jnp.float32), "fp8_block")
@@ -718,7 +722,8 @@ def test_block_w8a8_takes_the_mosaic_path_at_prefill_sizes(rng):
     x = jnp.asarray(rng.standard_normal((m, 384)) * rng.uniform(0.1, 3, (m, 1)), jnp.float32)
     assert describe_config("pallas_fp8_block", m, qw, qw.spec, x.dtype, False)["path"].startswith(
         "mgpu")
-    assert describe_config("pallas_fp8_block", m, qw, qw.spec, x.dtype, True)["path"] == "pallas"
+    assert "fp8_block_det" in describe_config("pallas_fp8_block", m, qw, qw.spec, x.dtype,
+                                              True)["path"]
     y = np.asarray(dispatch.matmul(x, qw, kernel="pallas_fp8_block"))
     assert y.shape == (m, 200) and np.isfinite(y).all()
     triton = np.asarray(w8a8_apply(x, qw, qw.spec, interpret=True, path="pallas"))

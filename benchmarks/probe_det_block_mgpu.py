@@ -1,0 +1,150 @@
+"""Deterministic block W8A8 on Mosaic GPU (pallas_kernels.fp8_block_det, session 49): are its
+launches bitwise each other and across M, and what does each cost beside default mode?
+
+Deterministic `fp8_block` ran Triton's M-free config at every M: 1.29-1.55x default mode's time
+at M = 4096 (H100, session 48), where default mode runs the Mosaic kernel. fp8_block_det runs
+one K order (det_k_parts parts, each K-block's chain times its scales, added in K order) by
+three launches: "decode" (swap-AB plain pipeline, M <= 16; its parts' sum in the kernel -- a
+cluster -- or by XLA from slabs), "fold" (fp8_block_mgpu, the parts folded in each CTA) and
+"spread" (the parts as CTAs, float32 slabs added by XLA); blocks_per_step 1 or 2.
+
+  1. bitwise: per --bitwise-shapes, rows of M = 7, 64, 300 (other rows random) against the same
+     rows alone (M = 1), each launch that takes the M against "fold" at that M; and the error
+     against float64 of the dequantized operands (normwise).
+  2. time at --m over --shapes: bf16 `jnp.dot`, the dispatcher's fp8_block in default and
+     deterministic mode, and each launch forced.
+Prediction: (1) bitwise everywhere (the interpreter agrees, tests/kernels/test_fp8_block_det.py;
+the swap-AB chain: benchmarks/probe_swap_ab_bits.py). (2) fold within ~1.05x default at M >= 1024
+(the same kernel, parts closed by a cond every K/8), ~1.1x at M = 256 where tiles fill the
+SMs; decode within 1.15x of default (Triton's split-K decode) at M = 1 / 16; spread ahead of
+fold where the tiles fill under half the SMs.
+
+    PYTHONPATH=. python3 benchmarks/probe_det_block_mgpu.py --out $OUT/det_block.json
+    PYTHONPATH=. python3 benchmarks/probe_det_block_mgpu.py --tiny --out /tmp/d.json  (CPU smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jqlin
+from jqlin import bench
+from jqlin.kernels.pallas_fp8 import _weight_scale, quantize_x
+from pallas_kernels.fp8_block_det import DetLaunch, det_launch, fp8_block_det_mgpu
+
+FMT = "fp8_block"
+BITWISE_MS = (7, 64, 300)
+
+
+def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None):
+    """fn(x, qw): fp8_block through fp8_block_det with its launch forced (blocks / finish: None
+    keeps det_launch's)."""
+    interpret = jax.default_backend() == "cpu"
+
+    def fn(x, qw):
+        xq, xs, _ = quantize_x(x, qw, qw.spec, interpret=interpret)
+        scale, _ = _weight_scale(qw, qw.spec)
+        m, k = xq.shape
+        launch = det_launch(m, qw.data.shape[0], k, out_dtype=x.dtype, interpret=interpret,
+                            kind=kind)
+        if blocks is not None:
+            launch = launch._replace(blocks_per_step=blocks)
+        if finish is not None:
+            launch = launch._replace(in_kernel_finish=finish)
+        y = fp8_block_det_mgpu(xq, xs, qw.data, scale, out_dtype=x.dtype, launch=launch,
+                               interpret=interpret)
+        return qw.trim_rows(y)
+    return fn
+
+
+def launch_ops(k: int, tiny: bool) -> list[bench.Op]:
+    ops = []
+    if not tiny:  # (the interpreter runs no decode launch at M <= 8: its x tile's bits)
+        ops += [bench.Op("decode_xla", FMT, "det", launch_fn("decode", finish=False), max_m=128),
+                bench.Op("decode_cluster", FMT, "det", launch_fn("decode", finish=True),
+                         max_m=16)]
+    two = (k // 128 // det_launch(1, 128, k, kind="fold").parts) % 2 == 0
+    for kind in ("fold", "spread"):
+        ops.append(bench.Op(f"{kind}_b1", FMT, "det", launch_fn(kind, blocks=1)))
+        if two:
+            ops.append(bench.Op(f"{kind}_b2", FMT, "det", launch_fn(kind, blocks=2)))
+    return ops
+
+
+def rows_bitwise(k: int, n: int, ms, tiny: bool, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    qw = jqlin.quantize(rng.standard_normal((n, k)).astype(np.float32), FMT)
+    wf = np.asarray(qw.dequantize_storage(), np.float64)
+    out = []
+    for m in ms:
+        x = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.2, 3, (m, 1)), jnp.bfloat16)
+        fold = np.asarray(jax.jit(launch_fn("fold"))(x, qw).astype(jnp.float32))
+        xq, xs, _ = quantize_x(x, qw, qw.spec)
+        xf = (np.asarray(xq.astype(jnp.float32), np.float64)
+              * np.repeat(np.asarray(xs, np.float64), 128, 1))
+        ref = xf @ wf.T
+        rec = {"K": k, "N": n, "M": m,
+               "fold_rel_err": float(np.linalg.norm(fold - ref) / np.linalg.norm(ref))}
+        kinds = ["spread"] + (["decode"] if m <= 128 and not tiny else [])
+        for kind in kinds:
+            y = np.asarray(jax.jit(launch_fn(kind))(x, qw).astype(jnp.float32))
+            rec[f"{kind}_eq_fold"] = bool(np.array_equal(y.view(np.uint32), fold.view(np.uint32)))
+        picks = sorted({0, m - 1, *rng.choice(m, size=min(3, m), replace=False).tolist()})
+        alone_kind = "fold" if tiny else "decode"  # (M = 1's own launch on the GPU)
+        rec["rows"] = picks
+        rec["rows_alone_eq"] = [bool(np.array_equal(np.asarray(jax.jit(launch_fn(alone_kind))(
+            x[i:i + 1], qw).astype(jnp.float32))[0].view(np.uint32), fold[i].view(np.uint32)))
+            for i in picks]
+        out.append(rec)
+        print(json.dumps(rec), flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="all", help="as bench_matmul.py --shapes")
+    p.add_argument("--m", default="1,16,64,256,1024,4096")
+    p.add_argument("--bitwise-shapes", default="4096x4096,7168x24576",
+                   help="KxN list for the bitwise check ('' skips it)")
+    p.add_argument("--no-time", action="store_true", help="the bitwise check alone")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--tiny", action="store_true", help="CPU smoke test: the interpreter, tiny "
+                   "shapes (the timings mean nothing)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    if jax.default_backend() == "cpu" and not args.tiny:
+        p.error("on CPU only --tiny runs (the Mosaic interpreter is slow)")
+    shapes = [("tiny", 256, 256)] if args.tiny else bench.parse_shapes(args.shapes)
+    ms = [1, 3] if args.tiny else [int(v) for v in args.m.split(",")]
+    bit_shapes = [(256, 256)] if args.tiny else [
+        tuple(int(v) for v in s.split("x")) for s in args.bitwise_shapes.split(",") if s]
+    result: dict = {"command": " ".join(sys.argv), "bitwise": [], "records": []}
+
+    def save(*_):
+        with open(args.out, "w") as f:
+            json.dump(bench.json_safe(result), f, indent=1)
+
+    for k, n in bit_shapes:
+        result["bitwise"] += rows_bitwise(k, n, (9, 130) if args.tiny else BITWISE_MS, args.tiny)
+        save()
+    if args.no_time:
+        return 0
+    for model, k, n in shapes:
+        ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_block", FMT),
+               bench.kernel_op("pallas_fp8_block", FMT, deterministic=True),
+               *launch_ops(k, args.tiny)]
+        res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print, smoke=args.tiny,
+                        on_header=lambda h: (result.update(h), save()),
+                        on_record=lambda r: (result["records"].append(r), save()))
+        print(bench.format_table(res["records"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Deterministic block-scaled W8A8 (`fp8_block`: 128x128 weight blocks, 1x128 activation groups)
+on Mosaic GPU -- one K order at every M, run by the launch that suits M (session 49).
+
+The order (a function of the unsharded K alone): K in det_k_parts(K) equal parts; within a part,
+each 128-wide K-block's fp8 wgmma chain from zero, times its x rows' scales, times its weight
+block's scale, added to the part's float32 total in K order (fp8_block_mgpu's per-block
+arithmetic); the parts' totals added left to right (launch.fold_parts), then one rounding.
+
+Launches (each the same sums, so a row's bits do not depend on M or on the launch):
+  * "decode" (M <= DECODE_MAX_ROWS, on a GPU): swap-AB on the plain pipeline (fp8_a16_decode_mgpu.
+    plain_slabs with e4m3 x): the weight tile is wgmma's A operand, x^T its B, one K part a
+    CTA range; the parts' totals are added by the launch's cluster in the kernel
+    (KernelFinish) or by XLA from float32 slabs. A swap-AB fp8 chain has the plain chain's bits
+    (benchmarks/probe_swap_ab_bits.py, H100, session 49: 8 seeds x widths 8 / 16 / 64).
+  * "fold": fp8_block_mgpu (128 x 128 output tiles, warp-specialized, persistent) with the
+    parts folded in each CTA.
+  * "spread": the same kernel with the parts as CTAs of their own, float32 slabs added by XLA
+    -- where the output tiles alone would leave most SMs idle, and inside common.k_shards
+    (every device's slabs gathered and added in K order: the unsharded layer's bits).
+Why not Triton's deterministic config at every M (the order before session 49): at M = 4096
+it ran 613-702 TFLOP/s against the Mosaic kernel's 796-998 (H100, session 48), 1.29-1.55x
+default mode's time; Mosaic's and Triton's bits differ (session 6), so one mode cannot mix them.
+The interpreter (CPU) runs "fold" / "spread" at every M: there an 8-row x tile's dots round
+differently from wider ones (fp8_block_a16_mgpu.DET_MIN_X_TILE), the 128-row tile's do not.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .common import current_k_shards, device_ranges
+from .fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FP8_X_MAX_M, MAX_STAGES,
+                                  KernelFinish, finishes_in_kernel, plain_slabs)
+from .fp8_block_mgpu import fp8_block_matmul_mgpu
+from .fp8_heuristics import det_k_parts, num_sms
+from .launch import sum_device_splits
+from .mgpu_common import BLOCK, WG_ROWS, RowFinish
+
+__all__ = ["fp8_block_det_mgpu", "det_launch", "DetLaunch", "LAUNCHES", "SPREAD_MAX_FILL",
+           "DECODE_MAX_ROWS"]
+
+F32 = jnp.float32
+LAUNCHES = ("decode", "fold", "spread")
+# "spread" where the 128 x 128 output tiles fill at most this fraction of the SMs (placeholder
+# until measured: NOTES.md, session 49)
+SPREAD_MAX_FILL = 0.5
+# "decode" up to this many rows (x tiles of 8, 16, then multiples of 16 up to FP8_X_MAX_M;
+# placeholder until measured)
+DECODE_MAX_ROWS = DECODE_MAX_M
+
+
+class DetLaunch(NamedTuple):
+    kind: str  # one of LAUNCHES
+    parts: int  # the K parts on this device (inside k_shards: its share)
+    blocks_per_step: int = 1  # fold / spread: K-blocks per pipeline step
+    stages: int = 2  # decode: pipeline stages
+    in_kernel_finish: bool = False  # decode: the cluster adds the parts and rounds
+
+
+def _parts(k: int) -> tuple[int, int]:
+    """(parts of the unsharded K, parts on this device)."""
+    shards = current_k_shards()
+    count = 1 if shards is None else shards.count
+    parts = det_k_parts(k * count, BLOCK)
+    return parts, device_ranges(parts, k * count, count)
+
+
+def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: bool = False,
+               kind: str | None = None) -> DetLaunch:
+    """The launch for M rows of an (N, K) product (kind: forced, else chosen by M)."""
+    _, local = _parts(k)
+    if kind is None:
+        tiles = -(-m // BLOCK) * (n // BLOCK)
+        if not interpret and m <= DECODE_MAX_ROWS:
+            kind = "decode"
+        elif current_k_shards() is not None or (
+                local > 1 and tiles <= SPREAD_MAX_FILL * num_sms()):
+            kind = "spread"
+        else:
+            kind = "fold"
+    if kind not in LAUNCHES:
+        raise ValueError(f"fp8_block_det_mgpu: launch must be one of {LAUNCHES}, got {kind!r}")
+    if kind == "decode":
+        ctas = n // WG_ROWS * local
+        stages = MAX_STAGES if ctas / num_sms() < FEW_CTAS else 2
+        return DetLaunch(kind, local, stages=stages, in_kernel_finish=m <= DECODE_MAX_M and (
+            finishes_in_kernel(m, local, out_dtype, deterministic=True, interpret=interpret)))
+    if kind == "fold" and current_k_shards() is not None:
+        raise ValueError("fp8_block_det_mgpu: inside k_shards the parts of every device are "
+                         "added in K order after a gather: launch 'spread' (or None)")
+    blocks = 2 if (k // BLOCK // local) % 2 == 0 else 1
+    return DetLaunch(kind, local, blocks_per_step=blocks)
+
+
+def fp8_block_det_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,
+                       out_dtype=jnp.bfloat16, launch: str | DetLaunch | None = None,
+                       interpret: bool = False) -> jax.Array:
+    """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
+    [w_scale (N/128, K/128)]^T in out_dtype, in the deterministic order above (N, K multiples
+    of 128). launch: a kind of LAUNCHES or a DetLaunch (None: det_launch's choice); every
+    launch gives the same bits."""
+    m, k = xq.shape
+    n = w.shape[0]
+    if n % BLOCK or k % BLOCK or w.shape != (n, k):
+        raise ValueError(f"fp8_block_det_mgpu: w must be (N, K) with N and K multiples of "
+                         f"{BLOCK}, got w {tuple(w.shape)} for xq {tuple(xq.shape)}")
+    if not isinstance(launch, DetLaunch):
+        launch = det_launch(m, n, k, out_dtype=out_dtype, interpret=interpret, kind=launch)
+    if launch.kind != "decode":
+        return fp8_block_matmul_mgpu(xq, x_scale, w, w_scale, out_dtype=out_dtype,
+                                     blocks_per_step=launch.blocks_per_step, group_m=16,
+                                     programs=num_sms(), k_parts=launch.parts,
+                                     spread=launch.kind == "spread", interpret=interpret)
+    if m > FP8_X_MAX_M:
+        raise ValueError(f"fp8_block_det_mgpu: the decode launch takes M <= {FP8_X_MAX_M}, "
+                         f"got M={m}")
+    if xq.dtype != jnp.dtype(jnp.float8_e4m3fn) or w.dtype != jnp.dtype(jnp.float8_e4m3fn):
+        raise ValueError(f"fp8_block_det_mgpu: xq and w must be float8_e4m3fn, got {xq.dtype} "
+                         f"and {w.dtype}")
+    if x_scale.shape != (m, k // BLOCK) or w_scale.shape != (n // BLOCK, k // BLOCK):
+        raise ValueError(f"fp8_block_det_mgpu: x_scale must be {(m, k // BLOCK)} and w_scale "
+                         f"{(n // BLOCK, k // BLOCK)}, got {tuple(x_scale.shape)} and "
+                         f"{tuple(w_scale.shape)}")
+    out_dtype = jnp.dtype(out_dtype)
+    finish = (KernelFinish(out_dtype, m, RowFinish(None, 1.0, "mul"))
+              if launch.in_kernel_finish else None)
+    # (block scales' columns padded for TMA's 16-byte rows)
+    cs = jnp.pad(w_scale.astype(F32), ((0, 0), (0, -(k // BLOCK) % 4)))
+    y = plain_slabs(xq, w, splits=launch.parts, stages=launch.stages, a_tile=None,
+                    chains="block", chain_scales=cs, x_scales=x_scale, finish=finish,
+                    interpret=interpret)
+    if finish is not None:
+        return y
+    total = sum_device_splits(y, y.shape[0], n, y.shape[2])
+    return total[:, :m].T.astype(out_dtype)
+
