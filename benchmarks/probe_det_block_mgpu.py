@@ -42,7 +42,8 @@ FMT = "fp8_block"
 BITWISE_MS = (7, 64, 300)
 
 
-def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None):
+def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None,
+              park: bool | None = None):
     """fn(x, qw): fp8_block through fp8_block_det with its launch forced (blocks / finish: None
     keeps det_launch's)."""
     interpret = jax.default_backend() == "cpu"
@@ -57,6 +58,8 @@ def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None):
             launch = launch._replace(blocks_per_step=blocks)
         if finish is not None:
             launch = launch._replace(in_kernel_finish=finish)
+        if park is not None:
+            launch = launch._replace(park=park)
         y = fp8_block_det_mgpu(xq, xs, qw.data, scale, out_dtype=x.dtype, launch=launch,
                                interpret=interpret)
         return qw.trim_rows(y)
@@ -71,9 +74,12 @@ def launch_ops(k: int, tiny: bool) -> list[bench.Op]:
                          max_m=16)]
     two = (k // 128 // det_launch(1, 128, k, kind="fold").parts) % 2 == 0
     for kind in ("fold", "spread"):
-        ops.append(bench.Op(f"{kind}_b1", FMT, "det", launch_fn(kind, blocks=1)))
+        ops.append(bench.Op(f"{kind}_b1", FMT, "det", launch_fn(kind, blocks=1, park=False)))
         if two:
-            ops.append(bench.Op(f"{kind}_b2", FMT, "det", launch_fn(kind, blocks=2)))
+            ops.append(bench.Op(f"{kind}_b2", FMT, "det", launch_fn(kind, blocks=2, park=False)))
+    if two:  # (session 49: the parts' sum in shared memory, two K-blocks a step)
+        ops.append(bench.Op("fold_park_b2", FMT, "det", launch_fn("fold", blocks=2, park=True)))
+    ops.append(bench.Op("fold_park_b1", FMT, "det", launch_fn("fold", blocks=1, park=True)))
     return ops
 
 

@@ -28,6 +28,8 @@
 #   block W8A8's Mosaic kernel rows across M bitwise, its time at decode beside both modes),
 #   detspread (session 48: the same probe's --spread -- deterministic W8A8's K parts in the
 #   program against as split_k programs, the launch choice spread_k_parts makes by M);
+#   wgdet (session 49: fp8_block_det -- deterministic block W8A8 on Mosaic at every M: its GPU
+#   tests, then probe_det_block_mgpu.py's launches beside both modes);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
@@ -194,6 +196,16 @@ if [[ $STAGES == *detspread* ]]; then  # session 48: deterministic W8A8's parts 
     --formats "${SPREAD_FORMATS:-fp8_block,fp8_ptpc}" --shapes "${SPREAD_SHAPES:-all}" \
     --m "${SPREAD_M:-1,64,256,1024}" --out "$OUT/det_spread.json" > "$OUT/det_spread.log" 2>&1
   echo "det_spread rc=$?"; grep -E "fp8_" "$OUT/det_spread.log" | cut -c1-118 | tail -200
+fi
+if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests, then its launches
+  timeout "${T_WGDET_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short \
+    tests/kernels/test_fp8_block_det.py > "$OUT/pytest_wgdet.log" 2>&1
+  echo "pytest wgdet rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_wgdet.log"
+  timeout "${T_WGDET:-340}" python3 benchmarks/probe_det_block_mgpu.py \
+    --shapes "${WGDET_SHAPES:-4096x4096,7168x36864,14336x4096}" \
+    --m "${WGDET_M:-1,16,32,64,128,256,1024,4096}" --out "$OUT/det_block.json" \
+    > "$OUT/det_block.log" 2>&1
+  echo "det_block rc=$?"; grep -E "^\{|fp8_block" "$OUT/det_block.log" | cut -c1-118 | tail -150
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \

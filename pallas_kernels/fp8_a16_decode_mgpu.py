@@ -100,6 +100,13 @@ DET_FOLD_KERNELS = ("fp8_a16_decode_mgpu",)
 FP8_X_MAX_M = 128
 
 
+# The x scales' pipeline buffer holds rows of at least this many float32 values: TMA writes
+# shared memory at 128-byte-aligned addresses, and a stage of one 8- or 16-value row (32 or 64
+# bytes) put the next stage's off that -- CUDA_ERROR_MISALIGNED_ADDRESS on an H100 (session 49;
+# 64-row tiles, 256 bytes a row, ran)
+XS_MIN_COLS = 32
+
+
 def x_tile_rows(m: int) -> int:
     """plain_slabs' x tile for M rows: 8, 16, or M rounded up to a multiple of 16."""
     return 8 if m <= 8 else -(-m // 16) * 16
@@ -449,9 +456,11 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"e4m3), got {m}")
     block_m = x_tile_rows(m)
     xs_rows = None
-    if fp8_x:  # one row of block_m scales a K-block, streamed beside its tiles (rows past M:
-        # ones -- x's rows there are TMA's zeros)
-        xs_rows = jnp.pad(x_scales.astype(F32).T, ((0, 0), (0, block_m - m)),
+    # one row of x scales a K-block, streamed beside its tiles, at least XS_MIN_COLS wide (rows
+    # past M: ones -- x's rows there are TMA's zeros)
+    xs_cols = max(block_m, XS_MIN_COLS)
+    if fp8_x:
+        xs_rows = jnp.pad(x_scales.astype(F32).T, ((0, 0), (0, xs_cols - m)),
                           constant_values=1.0)
     # TMA reads x's rows past its end as zeros (their outputs are dropped); its row tiling takes
     # counts of at most 8 or multiples of 8 (as fp8_block_a16_mgpu._launch)
@@ -526,7 +535,7 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                                     transforms=swizzled(x.dtype))] + (
                 [plgpu.BlockSpec((WG_ROWS, scale_cols), lambda i: (tile, first + i))]
                 if scales is not None else []) + (
-                [plgpu.BlockSpec((blocks, block_m), lambda i: (first + i, 0))] if fp8_x else [])
+                [plgpu.BlockSpec((blocks, xs_cols), lambda i: (first + i, 0))] if fp8_x else [])
 
         def a_operand(w_smem, s_smem, j, a_smem):  # K-block j of the step, as wgmma's A
             cols = pl.ds(j * BLOCK, BLOCK)
@@ -605,7 +614,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                 xs_smem = s_smem.pop() if fp8_x else None
                 for j, part in enumerate(step_chains(w_smem, x_smem, s_smem)):
                     if xs_smem is not None:  # the x rows' scales first (fp8_block_mgpu's order)
-                        xr = plgpu.load(xs_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(0))
+                        xr = plgpu.load(xs_smem.at[j, pl.ds(0, block_m)],
+                                        layout=plgpu.Layout.WGMMA.reduce(0))
                         part = part * lax.broadcast_in_dim(xr, part.shape, [1])
                     if row is not None:
                         part = part * lax.broadcast_in_dim(row, part.shape, [0])

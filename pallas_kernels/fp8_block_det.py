@@ -7,13 +7,14 @@ block's scale, added to the part's float32 total in K order (fp8_block_mgpu's pe
 arithmetic); the parts' totals added left to right (launch.fold_parts), then one rounding.
 
 Launches (each the same sums, so a row's bits do not depend on M or on the launch):
-  * "decode" (M <= DECODE_MAX_ROWS, on a GPU): swap-AB on the plain pipeline (fp8_a16_decode_mgpu.
-    plain_slabs with e4m3 x): the weight tile is wgmma's A operand, x^T its B, one K part a
-    CTA range; the parts' totals are added by the launch's cluster in the kernel
-    (KernelFinish) or by XLA from float32 slabs. A swap-AB fp8 chain has the plain chain's bits
-    (benchmarks/probe_swap_ab_bits.py, H100, session 49: 8 seeds x widths 8 / 16 / 64).
+  * "decode" (on a GPU, up to 64 rows: det_launch): swap-AB on the plain pipeline
+    (fp8_a16_decode_mgpu.plain_slabs with e4m3 x): the weight tile is wgmma's A operand, x^T
+    its B, one K part a CTA range; the parts' totals are added by the launch's cluster in the
+    kernel (KernelFinish) or by XLA from float32 slabs. A swap-AB fp8 chain has the plain
+    chain's bits (benchmarks/probe_swap_ab_bits.py, H100, session 49: 8 seeds x widths 8 / 16
+    / 64).
   * "fold": fp8_block_mgpu (128 x 128 output tiles, warp-specialized, persistent) with the
-    parts folded in each CTA.
+    parts folded in each CTA (park: their sum in shared memory; opt-in, see below).
   * "spread": the same kernel with the parts as CTAs of their own, float32 slabs added by XLA
     -- where the output tiles alone would leave most SMs idle, and inside common.k_shards
     (every device's slabs gathered and added in K order: the unsharded layer's bits).
@@ -32,24 +33,46 @@ import jax
 import jax.numpy as jnp
 
 from .common import current_k_shards, device_ranges
-from .fp8_a16_decode_mgpu import (DECODE_MAX_M, FEW_CTAS, FP8_X_MAX_M, MAX_STAGES,
+from .fp8_a16_decode_mgpu import (FEW_CTAS, FP8_X_MAX_M, MAX_STAGES,
                                   KernelFinish, finishes_in_kernel, plain_slabs)
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
-from .fp8_heuristics import det_k_parts, num_sms
+from .fp8_heuristics import det_k_parts, num_sms, spread_pays
 from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, RowFinish
 
-__all__ = ["fp8_block_det_mgpu", "det_launch", "DetLaunch", "LAUNCHES", "SPREAD_MAX_FILL",
-           "DECODE_MAX_ROWS"]
+__all__ = ["fp8_block_det_mgpu", "det_launch", "DetLaunch", "LAUNCHES", "DECODE_MAX_ROWS",
+           "DECODE_ALWAYS_ROWS", "CLUSTER_FINISH_MAX_M", "FOLD_BLOCKS"]
 
 F32 = jnp.float32
 LAUNCHES = ("decode", "fold", "spread")
-# "spread" where the 128 x 128 output tiles fill at most this fraction of the SMs (placeholder
-# until measured: NOTES.md, session 49)
-SPREAD_MAX_FILL = 0.5
-# "decode" up to this many rows (x tiles of 8, 16, then multiples of 16 up to FP8_X_MAX_M;
-# placeholder until measured)
-DECODE_MAX_ROWS = DECODE_MAX_M
+# The launch by M, from H100, session 49 (benchmarks/probe_det_block_mgpu.py, 4096x4096,
+# 7168x36864, 14336x4096 at M = 1 / 16 / 64 / 256 / 4096, every launch forced, one run;
+# h100_det_block_mgpu_s49.json). Times in us, default mode's (Triton's split-K decode below
+# M = 256, the Mosaic kernel from there) first:
+#   M = 1:  11.3 / 93.3 / 26.3 -- decode 11.6 / 93.5 / 25.5 (cluster finish), 11.6 / 102.2 /
+#           26.6 (XLA's); fold 30.3 / 143.1 / 78.8, spread 21.2 / 172.2 / 40.8
+#   M = 16: 12.5 / 95.5 / 27.9 -- decode 13.3 / 110.0 / 28.7 (XLA's), 15.8 / 109.9 / 31.2
+#           (cluster)
+#   M = 64: 14.1 / 120.7 / 32.5 -- decode 17.0 / 152.2 / 34.6, fold 31.4 / 145.5 / 80.5,
+#           spread 23.7 / 198.9 / 43.4
+#   M = 256: 25.1 / 174.2 / 68.6 -- fold 28.8 / 197.7 / 78.3, spread 41.3 / 395.9 / 68.5
+#   M = 4096: 169.7 / 2200.9 / 555.3 -- fold 207.6 / 2777.6 / 627.8 (one K-block a step; two
+#           spill the second total: 228.1 / - / 636.3), spread 545 / 5747 / 859
+# So: "decode" up to DECODE_ALWAYS_ROWS rows, and up to DECODE_MAX_ROWS where the 128 x 128
+# output tiles number fewer than the SMs (x tiles of 8, 16, then multiples of 16), the
+# cluster's finish at 8-row tiles only; beyond, "spread" where fp8_heuristics.spread_pays'
+# launch model says (it picked the faster at M = 256 on both shapes where it had to choose),
+# else "fold" at one K-block a step. Second run (h100_det_block_park_s49.json, M = 256 /
+# 4096, with 8192x8192): fold 49.5 / 718.0 against default's 48.1 / 596.4 there.
+# park (the parts' sum in shared memory, two K-blocks a step) ran 1-5% ahead of fold at
+# M = 4096 (206.0 / 611.3 / 682.9 against 208.2 / 637.2 / 718.0 on 4096x4096 / 14336x4096 /
+# 8192x8192), behind on two of three shapes at M = 256; its bits are not yet checked on a GPU
+# (its GPU test ran out of shared memory with a float32 output, since mended), so no launch
+# takes it unasked.
+DECODE_ALWAYS_ROWS = 16
+DECODE_MAX_ROWS = 64
+CLUSTER_FINISH_MAX_M = 8
+FOLD_BLOCKS = 1
 
 
 class DetLaunch(NamedTuple):
@@ -58,6 +81,7 @@ class DetLaunch(NamedTuple):
     blocks_per_step: int = 1  # fold / spread: K-blocks per pipeline step
     stages: int = 2  # decode: pipeline stages
     in_kernel_finish: bool = False  # decode: the cluster adds the parts and rounds
+    park: bool = False  # fold: the finished parts' sum in shared memory (fp8_block_mgpu)
 
 
 def _parts(k: int) -> tuple[int, int]:
@@ -74,10 +98,11 @@ def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: boo
     _, local = _parts(k)
     if kind is None:
         tiles = -(-m // BLOCK) * (n // BLOCK)
-        if not interpret and m <= DECODE_MAX_ROWS:
+        if not interpret and (m <= DECODE_ALWAYS_ROWS
+                               or m <= DECODE_MAX_ROWS and tiles < num_sms()):
             kind = "decode"
         elif current_k_shards() is not None or (
-                local > 1 and tiles <= SPREAD_MAX_FILL * num_sms()):
+                local > 1 and spread_pays(m, n, k, tiles, local)):
             kind = "spread"
         else:
             kind = "fold"
@@ -86,13 +111,14 @@ def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: boo
     if kind == "decode":
         ctas = n // WG_ROWS * local
         stages = MAX_STAGES if ctas / num_sms() < FEW_CTAS else 2
-        return DetLaunch(kind, local, stages=stages, in_kernel_finish=m <= DECODE_MAX_M and (
-            finishes_in_kernel(m, local, out_dtype, deterministic=True, interpret=interpret)))
+        return DetLaunch(kind, local, stages=stages, in_kernel_finish=(
+            m <= CLUSTER_FINISH_MAX_M and finishes_in_kernel(
+                m, local, out_dtype, deterministic=True, interpret=interpret)))
     if kind == "fold" and current_k_shards() is not None:
         raise ValueError("fp8_block_det_mgpu: inside k_shards the parts of every device are "
                          "added in K order after a gather: launch 'spread' (or None)")
-    blocks = 2 if (k // BLOCK // local) % 2 == 0 else 1
-    return DetLaunch(kind, local, blocks_per_step=blocks)
+    two = (k // BLOCK // local) % 2 == 0  # (a part's K-blocks make whole steps of two)
+    return DetLaunch(kind, local, blocks_per_step=2 if two and kind == "spread" else FOLD_BLOCKS)
 
 
 def fp8_block_det_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,
@@ -113,7 +139,8 @@ def fp8_block_det_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale:
         return fp8_block_matmul_mgpu(xq, x_scale, w, w_scale, out_dtype=out_dtype,
                                      blocks_per_step=launch.blocks_per_step, group_m=16,
                                      programs=num_sms(), k_parts=launch.parts,
-                                     spread=launch.kind == "spread", interpret=interpret)
+                                     spread=launch.kind == "spread", park=launch.park,
+                                     interpret=interpret)
     if m > FP8_X_MAX_M:
         raise ValueError(f"fp8_block_det_mgpu: the decode launch takes M <= {FP8_X_MAX_M}, "
                          f"got M={m}")

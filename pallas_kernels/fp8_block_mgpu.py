@@ -36,16 +36,17 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards
 from .fp8_heuristics import num_sms
 from .launch import sum_device_splits
-from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
-                          warpgroup_pipeline, weight_scale_rows, zero_total)
+from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, store_wg_rows, swizzled,
+                          tile_index, warpgroup_pipeline, weight_scale_rows, zero_total)
 
 __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
 F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
+PARK_STAGING_BYTES = 16384  # the output's staging with park (both compute warpgroups)
 
 
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
-            group_m: int, persistent: bool, k_parts: int, spread: bool):
+            group_m: int, persistent: bool, k_parts: int, spread: bool, park: bool):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
     m_tiles, n_tiles = m // BLOCK, n // BLOCK
@@ -56,7 +57,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
     per_part = steps // (1 if spread else k_parts)  # steps per K part
     fp8_tiles = swizzled(E4M3)
 
-    def body(idx, x_smem, w_smem, xs_smem, ws_smem, carry):
+    def body(idx, x_smem, w_smem, xs_smem, ws_smem, carry, park_smem=None):
         wg = lax.axis_index("wg")
         rows = pl.ds(wg * WG_ROWS, WG_ROWS)
 
@@ -81,47 +82,80 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
 
         if per_part == steps:  # one K part here: one running total
             return step(carry)
-        run, grand = carry  # this part's running total; the finished parts' sum
-        run = step(run)
         i = idx[0] + 1
         ends = i - (i // per_part) * per_part == 0
+        if park:  # the finished parts' sum waits in shared memory (park_context)
+            run = step(carry)
+            zero = zero_total(run.shape)
+
+            def close(r):
+                slot = park_smem.at[wg]
+                slot[...] = plgpu.load(slot, layout=plgpu.Layout.WGMMA) + r
+                return zero
+            return lax.cond(ends, close, lambda r: r, run)
+        run, grand = carry  # this part's running total; the finished parts' sum
+        run = step(run)
         zero = zero_total(run.shape)
         return lax.cond(ends, lambda r, g: (zero, g + r), lambda r, g: (r, g), run, grand)
 
-    def pipeline(body_fn, context):
+    def pipeline(body_fn, context, first=0):  # K-steps from `first` on (a spread part's)
         return warpgroup_pipeline(body_fn, context, steps=steps, stages=stages, in_specs=[
-            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
-            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, i), transforms=fp8_tiles),
-            plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
-            plgpu.BlockSpec((blocks, BLOCK), lambda i: (i, 0)),
+            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, first + i), transforms=fp8_tiles),
+            plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, first + i), transforms=fp8_tiles),
+            plgpu.BlockSpec((blocks, BLOCK), lambda i: (first + i, 0)),
+            plgpu.BlockSpec((blocks, BLOCK), lambda i: (first + i, 0)),
         ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
     tiles = m_tiles * n_tiles
     ranges = k_parts if spread else 1
 
+    # park: the output staged 16 KB at a time (64 bf16 or 32 float32 columns), so the float32
+    # park (64 KB) fits -- a whole 128-column float32 staging did not (233536 bytes of 232448,
+    # H100, session 49); swizzled as the staging is, so its rows' loads and stores spread over
+    # the banks
+    staged = PARK_STAGING_BYTES // (2 * WG_ROWS * out_gmem.dtype.itemsize) if park else BLOCK
+    scratch = dict(park_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), F32,
+                                        transforms=swizzled(F32))) if park else {}
+
+    def park_context(run, *, out_smem, park_smem, out_gmem, row_slice, col_slice):
+        # the parts' sum from zero in the park; the last part's close leaves the total there
+        slot = park_smem.at[lax.axis_index("wg")]
+        slot[...] = zero_total((WG_ROWS, BLOCK))
+        run(zero_total((WG_ROWS, BLOCK)))
+        store_wg_rows(plgpu.load(slot, layout=plgpu.Layout.WGMMA), out_smem=out_smem,
+                      out_gmem=out_gmem, row_slice=row_slice, col_slice=col_slice)
+
     @functools.partial(
         pl.run_scoped,
         allocs=pipeline(unused, unused).get_allocations(x_gmem, w_gmem, xs_gmem, ws_gmem),
-        out_smem=plgpu.SMEM((2, WG_ROWS, BLOCK), out_gmem.dtype,
-                            transforms=swizzled(out_gmem.dtype)),
+        out_smem=plgpu.SMEM((2, WG_ROWS, staged), out_gmem.dtype,
+                            transforms=swizzled(out_gmem.dtype, staged)),
+        **scratch,
         collective_axes="wg",
     )
-    def _scope(allocs, out_smem):
+    def _scope(allocs, out_smem, park_smem=None):
         def run_tile(t):
             tile, part = (t % tiles, t // tiles) if spread else (t, 0)
             m_idx, n_idx = tile_index(tile, m_tiles, n_tiles, group_m)
             m_slice = pl.ds(m_idx * BLOCK, BLOCK)
             n_slice = pl.ds(n_idx * BLOCK, BLOCK)
-            k_slice = pl.ds(part * k_range, k_range)
-            kb_slice = pl.ds(part * (k_range // BLOCK), k_range // BLOCK)
-            context = functools.partial(store_rows, out_smem=out_smem,
-                                        out_gmem=out_gmem.at[part] if spread else out_gmem,
-                                        row_slice=m_slice, col_slice=n_slice,
-                                        parts=per_part != steps)
-            pipeline(body, context)(x_gmem.at[m_slice, k_slice], w_gmem.at[n_slice, k_slice],
-                                    xs_gmem.at[kb_slice, m_slice], ws_gmem.at[kb_slice, n_slice],
-                                    allocations=allocs)
+            # (spread: part p's slab is out_gmem's rows p * M ...; its K range starts at step
+            # p * steps -- offsets in the TMA coordinates, not in sliced K views)
+            rows = pl.ds(part * m + m_idx * BLOCK, BLOCK)
+            if park:
+                context = functools.partial(park_context, out_smem=out_smem,
+                                            park_smem=park_smem, out_gmem=out_gmem,
+                                            row_slice=rows, col_slice=n_slice)
+                body_fn = functools.partial(body, park_smem=park_smem)
+            else:
+                context = functools.partial(store_rows, out_smem=out_smem, out_gmem=out_gmem,
+                                            row_slice=rows, col_slice=n_slice,
+                                            parts=per_part != steps)
+                body_fn = body
+            pipeline(body_fn, context, part * steps)(
+                x_gmem.at[m_slice], w_gmem.at[n_slice], xs_gmem.at[:, m_slice],
+                ws_gmem.at[:, n_slice], allocations=allocs)
 
         if persistent:  # each CTA walks tiles t, t + programs, ...: the TMA warpgroup
             # prefetches the next tile's operands while the compute warpgroups finish this
@@ -148,6 +182,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1, group_m: int = 1,
                           programs: int | None = None, k_parts: int = 1, spread: bool = False,
+                          park: bool = False,
                           interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
@@ -164,6 +199,9 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     the parts run as CTAs of their own (tiles x k_parts of them), each writing its part's
     float32 total to a slab of its own, which XLA adds in K order (sum_device_splits: inside
     common.k_shards every device's) before the rounding -- the same sums as the CTA's fold.
+    park (folded parts): the finished parts' sum waits in shared memory (64 KB; the output is
+    then staged 64 columns at a time) rather than in registers, where with two K-blocks a
+    step it spilled (H100, session 49: 228 us against one block a step's 208 at 4096^3).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
     if blocks_per_step not in (1, 2):
         raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
@@ -191,6 +229,9 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
                          f"{k_parts!r}")
     if spread and current_k_shards() is None and k_parts == 1:
         raise ValueError("spread runs K parts as CTAs: it needs k_parts > 1")
+    if park and (spread or k_parts == 1):
+        raise ValueError("park holds the sum of K parts folded in the CTA: it needs "
+                         "k_parts > 1 and spread=False")
     mp = cdiv(m, BLOCK) * BLOCK
     if mp != m:  # padding rows: zero codes, unit scales; sliced off below
         xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
@@ -198,11 +239,12 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     ctas = mp // BLOCK * (n // BLOCK) * (k_parts if spread else 1)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_cols = weight_scale_rows(w_scale, "block", n, k)  # (K/128, N)
-    out = (jax.ShapeDtypeStruct((k_parts, mp, n), F32) if spread else
+    out = (jax.ShapeDtypeStruct((k_parts * mp, n), F32) if spread else
            jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)))
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
-                          persistent=programs is not None, k_parts=k_parts, spread=spread),
+                          persistent=programs is not None, k_parts=k_parts, spread=spread,
+                          park=park),
         out, min(programs or ctas, ctas), interpret)
     y = call(xq, w, xs_rows, ws_cols)
     if spread:  # (inside k_shards: every device's slabs, in K order)

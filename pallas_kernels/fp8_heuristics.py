@@ -16,6 +16,7 @@ import jax
 from .common import MatmulConfig, NUM_SMS_DEFAULT, cdiv, next_pow2
 
 __all__ = ["num_sms", "k_block", "split_for", "det_k_parts", "spread_k_parts", "spread_wins",
+           "spread_pays",
            "w8a16_heuristic", "w8a8_heuristic"]
 
 
@@ -143,14 +144,22 @@ SPREAD_SUM_S = 3e-6  # seconds: the partials' sum
 def spread_wins(m: int, n: int, k: int, cfg: MatmulConfig) -> bool:
     """Whether cfg's k_parts run faster as split_k programs (their float32 partials summed after)
     than inside each program, by the model above; never once the tiles fill the SMs."""
-    tiles, sms = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), num_sms()
+    return spread_pays(m, n, k, cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), cfg.k_parts)
+
+
+def spread_pays(m: int, n: int, k: int, tiles: int, parts: int) -> bool:
+    """spread_wins' model for any launch of `tiles` output tiles whose K runs in `parts` parts
+    (also fp8_block_det's Mosaic launches: H100, session 49, it picked the faster of fold and
+    spread at M = 256 on 4096x4096 and 14336x4096 -- 28.6 / 40.9 us modelled, 28.8 / 41.3
+    measured on the first)."""
+    sms = num_sms()
     if tiles >= sms:
         return False
     busy = tiles / sms
     weight, flops = n * k, 2.0 * m * n * k  # (e4m3 weights: a byte each)
     t_in = max(weight / (SPREAD_BW * min(1.0, SPREAD_SM_SHARE * busy)),
                flops / (SPREAD_FLOPS * busy))
-    partials = 2 * 4 * m * n * cfg.k_parts
+    partials = 2 * 4 * m * n * parts
     t_spread = (max(weight / SPREAD_BW, flops / SPREAD_FLOPS) + partials / SPREAD_BW
                 + SPREAD_SUM_S)
     return t_spread < t_in

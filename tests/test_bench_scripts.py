@@ -303,3 +303,29 @@ def test_probe_det_w8a8_mgpu_checks_rows_and_times_the_paths(tmp_path):
             for op in (kernel, f"{kernel}[det]", "det_in_program[det]", "det_spread[det]")]), \
         d["records"]
     assert not [r for r in d["records"] if r.get("error")]
+
+
+def test_probe_det_block_mgpu_checks_the_launches_and_times_them(tmp_path):
+    """probe_det_block_mgpu.py (session 49) on CPU: the interpreter's fp8_block_det launches
+    bitwise each other and rows alone, and a record per (M, op), none failed."""
+    out_json = tmp_path / "det_block.json"
+    _run(["benchmarks/probe_det_block_mgpu.py", "--tiny", "--out", str(out_json)], tmp_path)
+    d = _strict_json(out_json.read_text())
+    assert [(b["M"], b["spread_eq_fold"], all(b["rows_alone_eq"])) for b in d["bitwise"]] == [
+        (9, True, True), (130, True, True)], d["bitwise"]
+    assert sorted((r["M"], r["label"]) for r in d["records"]) == sorted(
+        (m, label) for m in (1, 3) for label in (
+            "bf16", "fp8_block:pallas_fp8_block", "fp8_block:pallas_fp8_block[det]",
+            "fp8_block:fold_b1[det]", "fp8_block:spread_b1[det]",
+            "fp8_block:fold_park_b1[det]")), d["records"]
+    assert not [r for r in d["records"] if r.get("error")]
+
+
+def test_probe_swap_ab_bits_compares_the_chains(tmp_path):
+    """probe_swap_ab_bits.py (session 49) on CPU (the interpreter: its 8-wide dots round
+    otherwise, so only the summary's shape is checked beside the wider widths' bits)."""
+    out_json = tmp_path / "swap.json"
+    _run(["benchmarks/probe_swap_ab_bits.py", "--seeds", "1", "--out", str(out_json)], tmp_path)
+    d = _strict_json(out_json.read_text())
+    assert d["cases"] == 6 and d["interpret"] is True
+    assert d["by_width"]["16"] and d["by_width"]["64"], d["by_width"]

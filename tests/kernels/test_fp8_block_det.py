@@ -61,9 +61,11 @@ def test_interpreter_launches_are_bitwise_and_match_float64(rng, m, k):
     assert np.isfinite(np.asarray(fold)).all()
     ref, bound = _float64(*args)
     assert_within_bound(fold, ref, bound, CPU_ACC_RTOL, jnp.float32)
-    launches = [DetLaunch("spread", 8, blocks_per_step=1)]
+    launches = [DetLaunch("spread", 8, blocks_per_step=1),
+                DetLaunch("fold", 8, blocks_per_step=1, park=True)]
     if k == 2048:
         launches += [DetLaunch("fold", 8, blocks_per_step=2),
+                     DetLaunch("fold", 8, blocks_per_step=2, park=True),
                      DetLaunch("spread", 8, blocks_per_step=2)]
     if m <= 128:
         launches += [DetLaunch("decode", 8, stages=s) for s in (2, 4)]
@@ -108,15 +110,24 @@ def test_decode_launch_lowers_for_cuda_on_cpu(rng, m, finish):
 
 
 def test_det_launch_by_m(monkeypatch):
+    """The launch by M that the H100 measured fastest (fp8_block_det's table; 132 SMs)."""
+    import pallas_kernels.fp8_heuristics as heur
     monkeypatch.setattr(det, "num_sms", lambda: 132)
-    assert det_launch(1, 4096, 4096).kind == "decode"
-    assert det_launch(16, 4096, 4096).kind == "decode"
-    assert det_launch(16, 4096, 4096, interpret=True).kind == "spread"  # (the x tile's bits)
-    assert det_launch(64, 4096, 4096).kind == "spread"  # 32 tiles
-    assert det_launch(4096, 4096, 4096).kind == "fold"
-    assert det_launch(4096, 4096, 4096).blocks_per_step == 2  # 8 parts of 4 K-blocks
-    assert det_launch(4096, 4096, 7168).blocks_per_step == 1  # 8 parts of 7
-    assert det_launch(64, 4096, 384)[:2] == ("fold", 1)  # (3 K-blocks: one part, no slabs)
+    monkeypatch.setattr(heur, "num_sms", lambda: 132)
+    for m in (1, 16, 64):  # the swap-AB decode; the cluster's finish at 8-row x tiles
+        launch = det_launch(m, 4096, 4096)
+        assert (launch.kind, launch.in_kernel_finish) == ("decode", m == 1)
+    assert det_launch(1, 4096, 4096, out_dtype=jnp.float32).in_kernel_finish is False
+    assert det_launch(16, 4096, 4096, interpret=True).kind == "spread"  # (not decode: bits)
+    assert det_launch(256, 4096, 4096).kind == "fold"  # measured 28.8 us, spread 41.3
+    assert det_launch(256, 4096, 14336).kind == "spread"  # measured 68.5, fold 78.3
+    assert det_launch(256, 36864, 7168).kind == "fold"  # 576 tiles
+    assert det_launch(16, 36864, 7168).kind == "decode"  # measured 110.0 us, fold 144.9
+    assert det_launch(64, 36864, 7168).kind == "fold"  # 288 tiles: 145.5, decode 152.2
+    assert det_launch(4096, 4096, 4096)[:3] == ("fold", 8, 1)  # (two K-blocks a step spill)
+    assert det_launch(256, 4096, 14336).blocks_per_step == 2  # 8 parts of 14 K-blocks
+    assert det_launch(256, 4096, 7168, kind="spread").blocks_per_step == 1  # 8 parts of 7
+    assert det_launch(64, 4096, 384, interpret=True)[:2] == ("fold", 1)  # (one part: no slabs)
 
 
 def test_k_shards_spread_every_devices_parts():
@@ -159,9 +170,11 @@ def test_gpu_launches_are_bitwise_and_match_float64(rng, m, k, n):
     fold = _run(args, "fold", interpret=False)
     ref, bound = _float64(*args)
     assert_within_bound(fold, ref, bound, GPU_ACC_RTOL_FP8, jnp.float32)
-    launches = [DetLaunch("spread", 8, blocks_per_step=1), DetLaunch("fold", 8)]
+    launches = [DetLaunch("spread", 8, blocks_per_step=1), DetLaunch("fold", 8),
+                DetLaunch("fold", 8, park=True)]
     if k // 128 // 8 % 2 == 0:
         launches += [DetLaunch("fold", 8, blocks_per_step=2),
+                     DetLaunch("fold", 8, blocks_per_step=2, park=True),
                      DetLaunch("spread", 8, blocks_per_step=2)]
     if m <= 128:
         launches += [DetLaunch("decode", 8, stages=s) for s in (2, 4)]
