@@ -36,7 +36,7 @@ import numpy as np
 import jqlin
 from jqlin import bench
 from jqlin.kernels.pallas_fp8 import _weight_scale, quantize_x
-from pallas_kernels.fp8_block_det import DetLaunch, det_launch, fp8_block_det_mgpu
+from pallas_kernels.fp8_block_det import det_launch, fp8_block_det_mgpu
 
 FMT = "fp8_block"
 BITWISE_MS = (7, 64, 300)

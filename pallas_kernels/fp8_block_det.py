@@ -84,18 +84,18 @@ class DetLaunch(NamedTuple):
     park: bool = False  # fold: the finished parts' sum in shared memory (fp8_block_mgpu)
 
 
-def _parts(k: int) -> tuple[int, int]:
-    """(parts of the unsharded K, parts on this device)."""
+def _local_parts(k: int) -> int:
+    """The order's parts on this device: det_k_parts of the unsharded K (inside k_shards: this
+    device's share of them; KShardError where the devices' slices would cut a part)."""
     shards = current_k_shards()
     count = 1 if shards is None else shards.count
-    parts = det_k_parts(k * count, BLOCK)
-    return parts, device_ranges(parts, k * count, count)
+    return device_ranges(det_k_parts(k * count, BLOCK), k * count, count)
 
 
 def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: bool = False,
                kind: str | None = None) -> DetLaunch:
     """The launch for M rows of an (N, K) product (kind: forced, else chosen by M)."""
-    _, local = _parts(k)
+    local = _local_parts(k)
     if kind is None:
         tiles = -(-m // BLOCK) * (n // BLOCK)
         if not interpret and (m <= DECODE_ALWAYS_ROWS

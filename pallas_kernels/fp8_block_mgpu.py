@@ -17,6 +17,11 @@ wgmma chain from a zeroed accumulator, the tensor core's fp8 accumulation), then
 total += part * x_scale[m, kb] * w_scale[n // 128, kb] in float32 -- the Triton block kernel's
 promote_k=128 order (fp8_core: part * row scale * column scale, added in K order).
 
+K parts (session 49, deterministic mode's order: fp8_block_det): with k_parts, each part's total
+starts from zero and the parts' totals are added in K order -- in the CTA (a second running
+total, or with park one in shared memory) or, spread, as CTAs of their own writing float32
+slabs that XLA adds.
+
 Layout: x (M, K) e4m3 row-major; w (N, K) e4m3 -- the K-major B operand fp8 wgmma needs;
 M, N, K multiples of 128 (the caller pads M). Scales are handed over as per-K-block rows that
 TMA can move: x_scale transposed to (K/128, M), w_scale expanded to one value per column,

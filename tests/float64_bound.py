@@ -34,3 +34,23 @@ def w8a8_float64(x, qw):
     y, bound = xq @ wd.T, np.abs(xq) @ np.abs(wd).T
     trim = lambda a: np.asarray(qw.trim_rows(jnp.asarray(a, jnp.float32)), np.float64)
     return trim(y), trim(bound)
+
+
+def block_w8a8_operands(rng, m, n, k):
+    """Block-scaled W8A8 operands for the Mosaic kernels' direct calls: e4m3 x (rows of varied
+    magnitude) and w, float32 1x128 x scales and 128x128 w scales, all fresh random."""
+    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
+    xq = jnp.asarray(x, jnp.float8_e4m3fn)
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    xs = jnp.asarray(rng.uniform(0.5, 2, (m, k // 128)), jnp.float32)
+    ws = jnp.asarray(rng.uniform(0.5, 2, (n // 128, k // 128)), jnp.float32)
+    return xq, xs, w, ws
+
+
+def block_w8a8_float64(xq, xs, w, ws):
+    """float64 y and |.|-sum bound of block_w8a8_operands' product."""
+    xf = np.asarray(xq.astype(jnp.float32), np.float64) * np.repeat(np.asarray(xs, np.float64),
+                                                                   128, 1)
+    wf = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
+        np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
+    return xf @ wf.T, np.abs(xf) @ np.abs(wf).T

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import jqlin
-from float64_bound import GPU_ACC_RTOL_FP8, assert_within_bound
+from float64_bound import (GPU_ACC_RTOL_FP8, assert_within_bound,
+                           block_w8a8_float64 as _float64, block_w8a8_operands as _operands)
 from jqlin import dispatch
 from pallas_kernels import fp8_block_det as det
 from pallas_kernels.common import KShardError, k_shards
@@ -20,24 +21,6 @@ from pallas_kernels.fp8_a16_decode_mgpu import plain_slabs
 from pallas_kernels.fp8_block_det import DetLaunch, det_launch, fp8_block_det_mgpu
 
 CPU_ACC_RTOL = 1e-5
-E4M3 = jnp.float8_e4m3fn
-
-
-def _operands(rng, m, n, k):
-    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
-    xq = jnp.asarray(x, E4M3)
-    w = jnp.asarray(rng.standard_normal((n, k)), E4M3)
-    xs = jnp.asarray(rng.uniform(0.5, 2, (m, k // 128)), jnp.float32)
-    ws = jnp.asarray(rng.uniform(0.5, 2, (n // 128, k // 128)), jnp.float32)
-    return xq, xs, w, ws
-
-
-def _float64(xq, xs, w, ws):
-    xf = np.asarray(xq.astype(jnp.float32), np.float64) * np.repeat(np.asarray(xs, np.float64),
-                                                                   128, 1)
-    wf = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
-        np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
-    return xf @ wf.T, np.abs(xf) @ np.abs(wf).T
 
 
 def _bits(y):
@@ -49,6 +32,26 @@ def _run(args, launch, out_dtype=jnp.float32, interpret=True):
                                                  interpret=interpret))(*args)
 
 
+def _launches_match_the_fold(args, acc_rtol, interpret):
+    """The fold (one K-block a step) within acc_rtol of float64, and every launch that takes
+    the problem -- spread, fold with two K-blocks a step and / or park where a part's K-blocks
+    are even, the swap-AB decode up to 128 rows at two stage counts -- bitwise it."""
+    m, k = args[0].shape
+    fold = _run(args, "fold", interpret=interpret)
+    ref, bound = _float64(*args)
+    assert_within_bound(fold, ref, bound, acc_rtol, jnp.float32)
+    launches = [DetLaunch("spread", 8), DetLaunch("fold", 8, park=True)]
+    if k // 128 // 8 % 2 == 0:
+        launches += [DetLaunch("fold", 8, blocks_per_step=2),
+                     DetLaunch("fold", 8, blocks_per_step=2, park=True),
+                     DetLaunch("spread", 8, blocks_per_step=2)]
+    if m <= 128:
+        launches += [DetLaunch("decode", 8, stages=s) for s in (2, 4)]
+    for launch in launches:
+        np.testing.assert_array_equal(_bits(_run(args, launch, interpret=interpret)),
+                                      _bits(fold), err_msg=str(launch))
+
+
 # K = 2048: 8 parts of two K-blocks (two blocks a step fit); K = 1024: 8 parts of one
 @pytest.mark.parametrize("k", [1024, 2048])
 @pytest.mark.parametrize("m", [9, 16, 40, 130])
@@ -56,21 +59,7 @@ def test_interpreter_launches_are_bitwise_and_match_float64(rng, m, k):
     """M = 9 / 16 / 40 (the decode launch's 16- and 48-row x tiles: its interpreter rows are
     the 128-row tile's), 130 (a partial 128-row tile); N = 384: three 128-row blocks, six
     64-row CTAs."""
-    args = _operands(rng, m, 384, k)
-    fold = _run(args, "fold")
-    assert np.isfinite(np.asarray(fold)).all()
-    ref, bound = _float64(*args)
-    assert_within_bound(fold, ref, bound, CPU_ACC_RTOL, jnp.float32)
-    launches = [DetLaunch("spread", 8, blocks_per_step=1),
-                DetLaunch("fold", 8, blocks_per_step=1, park=True)]
-    if k == 2048:
-        launches += [DetLaunch("fold", 8, blocks_per_step=2),
-                     DetLaunch("fold", 8, blocks_per_step=2, park=True),
-                     DetLaunch("spread", 8, blocks_per_step=2)]
-    if m <= 128:
-        launches += [DetLaunch("decode", 8, stages=s) for s in (2, 4)]
-    for launch in launches:
-        np.testing.assert_array_equal(_bits(_run(args, launch)), _bits(fold), err_msg=str(launch))
+    _launches_match_the_fold(_operands(rng, m, 384, k), CPU_ACC_RTOL, interpret=True)
 
 
 def test_interpreter_rows_do_not_depend_on_m(rng):
@@ -167,20 +156,7 @@ def test_gpu_launches_are_bitwise_and_match_float64(rng, m, k, n):
     """Every launch that takes M, bitwise fold's; fold within the fp8 bound of float64.
     K = 7168: 8 parts of 7 K-blocks (one a step); 4096: of 4 (two a step)."""
     args = _operands(rng, m, n, k)
-    fold = _run(args, "fold", interpret=False)
-    ref, bound = _float64(*args)
-    assert_within_bound(fold, ref, bound, GPU_ACC_RTOL_FP8, jnp.float32)
-    launches = [DetLaunch("spread", 8, blocks_per_step=1), DetLaunch("fold", 8),
-                DetLaunch("fold", 8, park=True)]
-    if k // 128 // 8 % 2 == 0:
-        launches += [DetLaunch("fold", 8, blocks_per_step=2),
-                     DetLaunch("fold", 8, blocks_per_step=2, park=True),
-                     DetLaunch("spread", 8, blocks_per_step=2)]
-    if m <= 128:
-        launches += [DetLaunch("decode", 8, stages=s) for s in (2, 4)]
-    for launch in launches:
-        np.testing.assert_array_equal(_bits(_run(args, launch, interpret=False)), _bits(fold),
-                                      err_msg=str(launch))
+    _launches_match_the_fold(args, GPU_ACC_RTOL_FP8, interpret=False)
     if m <= 16:  # the cluster's in-kernel finish: the bf16 output XLA's fold rounds
         bf16 = [_run(args, DetLaunch("decode", 8, stages=2, in_kernel_finish=f), jnp.bfloat16,
                      interpret=False) for f in (False, True)]

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from float64_bound import GPU_ACC_RTOL_FP8, assert_within_bound
+from float64_bound import (GPU_ACC_RTOL_FP8, assert_within_bound,
+                           block_w8a8_float64 as _float64, block_w8a8_operands as _operands)
 from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
 from pallas_kernels.mgpu_common import tile_index
 
@@ -17,23 +18,6 @@ from pallas_kernels.mgpu_common import tile_index
 # Triton block kernel); the interpreter sums in float32.
 GPU_ACC_RTOL = GPU_ACC_RTOL_FP8
 CPU_ACC_RTOL = 1e-5
-
-
-def _operands(rng, m, n, k):
-    x = rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1))
-    xq = jnp.asarray(x, jnp.float8_e4m3fn)
-    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
-    xs = jnp.asarray(rng.uniform(0.5, 2, (m, k // 128)), jnp.float32)
-    ws = jnp.asarray(rng.uniform(0.5, 2, (n // 128, k // 128)), jnp.float32)
-    return xq, xs, w, ws
-
-
-def _float64(xq, xs, w, ws):
-    xf = np.asarray(xq.astype(jnp.float32), np.float64) * np.repeat(np.asarray(xs, np.float64),
-                                                                   128, 1)
-    wf = np.asarray(w.astype(jnp.float32), np.float64) * np.repeat(
-        np.repeat(np.asarray(ws, np.float64), 128, 0), 128, 1)
-    return xf @ wf.T, np.abs(xf) @ np.abs(wf).T
 
 
 @pytest.mark.parametrize("blocks,group_m,programs", [(1, 1, None), (2, 1, None), (2, 2, None),
