@@ -283,6 +283,26 @@ def test_deterministic_k_parts_launch_as_splits_at_small_m(rng, monkeypatch):
         np.testing.assert_array_equal(run(xq[i:i + 1], xs[i:i + 1])[0], whole[i])
 
 
+def test_block_deterministic_rows_on_the_triton_kernel(rng):
+    """Off sm_90 (no wgmma) deterministic block W8A8 keeps the Triton kernel's M-free config
+    (fp8_block_det serves sm_90 and the interpreter): forced here with path='pallas', rows alone
+    equal the same rows inside M = 65 (the spread launch at M = 1, in-program parts at 65)."""
+    from pallas_kernels import w8a8_matmul
+    m, n, k = 65, 256, 1024
+    xq = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)),
+                     jnp.float8_e4m3fn)
+    xs = jnp.asarray(rng.uniform(0.5, 2, (m, k // 128)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
+    ws = jnp.asarray(rng.uniform(0.5, 2, (n // 128, k // 128)), jnp.float32)
+    run = lambda a, s: np.asarray(w8a8_matmul(a, s, w, ws, x_scale_kind="group",
+                                              w_scale_kind="block", out_dtype=jnp.float32,
+                                              deterministic=True, interpret=True,
+                                              path="pallas"))
+    whole = run(xq, xs)
+    for i in (0, 64):
+        np.testing.assert_array_equal(run(xq[i:i + 1], xs[i:i + 1])[0], whole[i])
+
+
 # (K, N, M, spread) of deterministic fp8_block's launches, the faster one measured on an H100
 # (session 48, h100_det_spread_s48.json; 132 SMs): every case with fewer output tiles than SMs
 # but 8192x8192 M = 64, where the model spreads and the parts ran 6% faster in the program
