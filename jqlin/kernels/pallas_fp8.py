@@ -281,8 +281,9 @@ def _det_w8a8_note(launch: dict) -> str:
                   "by XLA from float32 slabs"))
     else:
         how = (f"128x128 output tiles, blocks_per_step={launch['blocks_per_step']}, the parts "
-               + ("folded in each CTA" if launch["kind"] == "fold" else
-                  "as CTAs of their own, added by XLA from float32 slabs"))
+               + ("as CTAs of their own, added by XLA from float32 slabs"
+                  if launch["kind"] == "spread" else "folded in each CTA"
+                  + (", their sum parked in shared memory" if launch["park"] else "")))
     return (f"mgpu (Mosaic GPU deterministic block W8A8, fp8_block_det, launch "
             f"'{launch['kind']}': {how}; {order})")
 
@@ -322,7 +323,7 @@ BLOCK = register_kernel(Kernel(
                 "of f32 partials; default mode at "
                 "M >= 256 on sm_90: the Mosaic GPU wgmma kernel (fp8_block_mgpu), same order; "
                 "deterministic mode on sm_90: Mosaic GPU at every M in one K order "
-                "(fp8_block_det: swap-AB decode up to 16 rows, fp8_block_mgpu with K parts "
+                "(fp8_block_det: swap-AB decode up to 16-64 rows, fp8_block_mgpu with K parts "
                 "beyond)",
     **HOPPER_PALLAS,
 ))
