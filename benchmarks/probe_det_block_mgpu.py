@@ -114,27 +114,11 @@ def rows_bitwise(k: int, n: int, ms, tiny: bool, seed: int = 0) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="all", help="as bench_matmul.py --shapes")
-    p.add_argument("--m", default="1,16,64,256,1024,4096")
-    p.add_argument("--bitwise-shapes", default="4096x4096,7168x24576",
-                   help="KxN list for the bitwise check ('' skips it)")
+    bench.add_rows_probe_args(p, m="1,16,64,256,1024,4096")
     p.add_argument("--no-time", action="store_true", help="the bitwise check alone")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--tiny", action="store_true", help="CPU smoke test: the interpreter, tiny "
-                   "shapes (the timings mean nothing)")
-    p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    if jax.default_backend() == "cpu" and not args.tiny:
-        p.error("on CPU only --tiny runs (the Mosaic interpreter is slow)")
-    shapes = [("tiny", 256, 256)] if args.tiny else bench.parse_shapes(args.shapes)
-    ms = [1, 3] if args.tiny else [int(v) for v in args.m.split(",")]
-    bit_shapes = [(256, 256)] if args.tiny else [
-        tuple(int(v) for v in s.split("x")) for s in args.bitwise_shapes.split(",") if s]
-    result: dict = {"command": " ".join(sys.argv), "bitwise": [], "records": []}
-
-    def save(*_):
-        with open(args.out, "w") as f:
-            json.dump(bench.json_safe(result), f, indent=1)
+    shapes, ms, bit_shapes = bench.rows_probe_sizes(p, args)
+    result, save = bench.rows_probe_record(args.out)
 
     for k, n in bit_shapes:
         result["bitwise"] += rows_bitwise(k, n, (130,) if args.tiny else BITWISE_MS, args.tiny)
@@ -145,10 +129,7 @@ def main(argv=None) -> int:
         ops = [bench.bf16_op(), bench.kernel_op("pallas_fp8_block", FMT),
                bench.kernel_op("pallas_fp8_block", FMT, deterministic=True),
                *launch_ops(k, args.tiny)]
-        res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print, smoke=args.tiny,
-                        on_header=lambda h: (result.update(h), save()),
-                        on_record=lambda r: (result["records"].append(r), save()))
-        print(bench.format_table(res["records"]), flush=True)
+        bench.run_into(result, save, (model, k, n), ms, ops, reps=args.reps, smoke=args.tiny)
     return 0
 
 

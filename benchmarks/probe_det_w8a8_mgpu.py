@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 
 import jax
@@ -107,32 +106,17 @@ def rows_bitwise(k: int, n: int, ms=BITWISE_MS, rows: int = 4, seed: int = 0) ->
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="all", help="as bench_matmul.py --shapes")
-    p.add_argument("--m", default="1,16,64,256")
-    p.add_argument("--bitwise-shapes", default="4096x4096,7168x24576",
-                   help="KxN list for the bitwise check ('' skips it)")
+    bench.add_rows_probe_args(p, m="1,16,64,256")
     p.add_argument("--spread", action="store_true", help="deterministic mode's parts in the "
                    "program against as split_k programs (no bitwise check)")
     p.add_argument("--formats", default=FMT, help="--spread: the W8A8 formats")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--tiny", action="store_true", help="CPU smoke test: the interpreter, tiny "
-                   "shapes (the timings mean nothing)")
-    p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    interpret = jax.default_backend() == "cpu"
-    if interpret and not args.tiny:
-        p.error("on CPU only --tiny runs (the Mosaic interpreter is slow)")
+    shapes, ms, bit_shapes = bench.rows_probe_sizes(p, args)
     if bad := set(args.formats.split(",")) - set(W8A8_FORMATS):
         p.error(f"--formats: {sorted(bad)} not among the W8A8 formats {W8A8_FORMATS}")
-    shapes = [("tiny", 256, 256)] if args.tiny else bench.parse_shapes(args.shapes)
-    ms = [1, 3] if args.tiny else [int(v) for v in args.m.split(",")]
-    bit_shapes = [] if args.spread else ([(256, 256)] if args.tiny else [
-        tuple(int(v) for v in s.split("x")) for s in args.bitwise_shapes.split(",") if s])
-    result: dict = {"command": " ".join(sys.argv), "bitwise": [], "records": []}
-
-    def save(*_):  # after each check and record: a device call's time box keeps what ran
-        with open(args.out, "w") as f:
-            json.dump(bench.json_safe(result), f, indent=1)
+    if args.spread:
+        bit_shapes = []
+    result, save = bench.rows_probe_record(args.out)
 
     for k, n in bit_shapes:
         result["bitwise"] += rows_bitwise(k, n, ms=(3,) if args.tiny else BITWISE_MS,
@@ -145,10 +129,7 @@ def main(argv=None) -> int:
             ops += [bench.kernel_op(kernel, fmt), bench.kernel_op(kernel, fmt, deterministic=True)]
             ops += ([det_config_op(fmt, n, k, spread) for spread in (False, True)]
                     if args.spread else [path_mgpu_op()])
-        res = bench.run([(model, k, n)], ms, ops, reps=args.reps, log=print, smoke=args.tiny,
-                        on_header=lambda h: (result.update(h), save()),
-                        on_record=lambda r: (result["records"].append(r), save()))
-        print(bench.format_table(res["records"]), flush=True)
+        bench.run_into(result, save, (model, k, n), ms, ops, reps=args.reps, smoke=args.tiny)
     return 0
 
 

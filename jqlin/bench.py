@@ -615,6 +615,53 @@ def add_decode_probe_args(p: argparse.ArgumentParser, *, m: str, reps: int) -> N
     p.add_argument("--reps", type=int, default=reps)
 
 
+def add_rows_probe_args(p: argparse.ArgumentParser, *, m: str) -> None:
+    """The options of the probes that check rows bitwise across M, then time launches
+    (probe_det_w8a8_mgpu, probe_det_block_mgpu): --shapes, --m, --bitwise-shapes, --reps,
+    --tiny (the CPU smoke run), --out."""
+    p.add_argument("--shapes", default="all", help="as bench_matmul.py --shapes")
+    p.add_argument("--m", default=m)
+    p.add_argument("--bitwise-shapes", default="4096x4096,7168x24576",
+                   help="KxN list for the bitwise check ('' skips it)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--tiny", action="store_true", help="CPU smoke test: the interpreter, tiny "
+                   "shapes (the timings mean nothing)")
+    p.add_argument("--out", required=True)
+
+
+def rows_probe_sizes(p: argparse.ArgumentParser, args) -> tuple[list, list[int], list]:
+    """add_rows_probe_args' sizes: (shapes, M list, bitwise (K, N) list) -- a 256 x 256 weight
+    at M = 1, 3 with --tiny; refused on a CPU without it (the Mosaic interpreter is slow)."""
+    if jax.default_backend() == "cpu" and not args.tiny:
+        p.error("on CPU only --tiny runs (the Mosaic interpreter is slow)")
+    if args.tiny:
+        return [("tiny", 256, 256)], [1, 3], [(256, 256)]
+    return (parse_shapes(args.shapes), [int(v) for v in args.m.split(",")],
+            [tuple(int(v) for v in s.split("x")) for s in args.bitwise_shapes.split(",") if s])
+
+
+def rows_probe_record(out: str) -> tuple[dict, Callable[..., None]]:
+    """(result, save) of a rows probe: {"command", "bitwise", "records"}, and save() writing it
+    to `out` -- called after each check and record, so a device call's time box keeps what
+    ran."""
+    result: dict = {"command": " ".join(sys.argv), "bitwise": [], "records": []}
+
+    def save(*_):
+        with open(out, "w") as f:
+            json.dump(json_safe(result), f, indent=1)
+    return result, save
+
+
+def run_into(result: dict, save: Callable[..., None], shape: tuple[str, int, int],
+             ms: Sequence[int], ops: Sequence[Op], *, reps: int, smoke: bool) -> None:
+    """run() of one shape into rows_probe_record's result (its header and each record saved as
+    they come), then its table printed."""
+    res = run([shape], ms, ops, reps=reps, log=print, smoke=smoke,
+              on_header=lambda h: (result.update(h), save()),
+              on_record=lambda r: (result["records"].append(r), save()))
+    print(format_table(res["records"]), flush=True)
+
+
 def parse_shapes(spec: str) -> list[tuple[str, int, int]]:
     """'llama3-8b,deepseek-v3' or 'KxN,KxN' -> [(model, K, N)]."""
     out = []

@@ -61,7 +61,7 @@ __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M
            "SCALE_KINDS", "KernelFinish", "finishes_in_kernel", "takes_kernel_finish",
            "finish_note", "MAX_CLUSTER", "FINISH_IN_KERNEL_MIN_N", "folds_parts",
            "det_fold_parts", "det_decode_launch", "DET_FOLD_KERNELS", "writes_y_rows",
-           "FP8_X_MAX_M", "x_tile_rows"]
+           "FP8_X_MAX_M", "x_tile_rows", "plain_stages"]
 
 F32 = jnp.float32
 DECODE_MAX_M = 16  # x tiles of 8 or 16 rows (wgmma's N)
@@ -228,8 +228,13 @@ def decode_params(n: int, k: int, sms: int | None = None) -> DecodeParams:
     splits = next((s for s in candidates
                    if tiles * s > sms and _fill(tiles * s, sms) >= FILL_MIN),
                   max(candidates, key=lambda s: (_fill(tiles * s, sms), -s)))
-    per_sm = min(tiles * splits / sms, RESIDENT_CTAS)
-    return DecodeParams(splits, MAX_STAGES if per_sm < FEW_CTAS else 2)
+    return DecodeParams(splits, plain_stages(tiles * splits, sms))
+
+
+def plain_stages(ctas: int, sms: int) -> int:
+    """Pipeline stages of a plain launch of `ctas` CTAs: MAX_STAGES where fewer than FEW_CTAS
+    share an SM, else two (the bytes in flight an SM)."""
+    return MAX_STAGES if min(ctas / sms, RESIDENT_CTAS) < FEW_CTAS else 2
 
 
 def det_order(n: int, k: int) -> tuple[int, int, int]:

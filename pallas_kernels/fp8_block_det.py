@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 
 from .common import current_k_shards, device_ranges
-from .fp8_a16_decode_mgpu import (FEW_CTAS, FP8_X_MAX_M, MAX_STAGES,
-                                  KernelFinish, finishes_in_kernel, plain_slabs)
+from .fp8_a16_decode_mgpu import (FP8_X_MAX_M, KernelFinish, finishes_in_kernel,
+                                  plain_slabs, plain_stages)
 from .fp8_block_mgpu import fp8_block_matmul_mgpu
 from .fp8_heuristics import det_k_parts, num_sms, spread_pays
 from .launch import sum_device_splits
@@ -109,8 +109,7 @@ def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: boo
     if kind not in LAUNCHES:
         raise ValueError(f"fp8_block_det_mgpu: launch must be one of {LAUNCHES}, got {kind!r}")
     if kind == "decode":
-        ctas = n // WG_ROWS * local
-        stages = MAX_STAGES if ctas / num_sms() < FEW_CTAS else 2
+        stages = plain_stages(n // WG_ROWS * local, num_sms())
         return DetLaunch(kind, local, stages=stages, in_kernel_finish=(
             m <= CLUSTER_FINISH_MAX_M and finishes_in_kernel(
                 m, local, out_dtype, deterministic=True, interpret=interpret)))
