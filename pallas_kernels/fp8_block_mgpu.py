@@ -50,8 +50,22 @@ F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
 PARK_STAGING_BYTES = 16384  # the output's staging with park (both compute warpgroups)
 
 
+PARK_CHUNK = 32  # columns of a lazy close at a time (one swizzled tile of float32)
+
+
+def park_add(slot, run: jax.Array) -> jax.Array:
+    """slot (64, 128 float32, shared memory) += run, PARK_CHUNK columns at a time -- so the close
+    holds few more registers than the running total while two K-blocks' accumulators are in
+    flight; then a zero running total for the next part."""
+    for c in range(0, run.shape[1], PARK_CHUNK):
+        piece = slot.at[:, pl.ds(c, PARK_CHUNK)]
+        piece[...] = plgpu.load(piece, layout=plgpu.Layout.WGMMA) + run[:, c:c + PARK_CHUNK]
+    return zero_total(run.shape)
+
+
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
-            group_m: int, persistent: bool, k_parts: int, spread: bool, park: bool):
+            group_m: int, persistent: bool, k_parts: int, spread: bool, park: bool,
+            scalar_ws: bool, lazy_close: bool):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
     m_tiles, n_tiles = m // BLOCK, n // BLOCK
@@ -68,27 +82,35 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
 
         def scaled(part, j):  # block j's part times its row and column scales
             xs = plgpu.load(xs_smem.at[j, rows], layout=plgpu.Layout.WGMMA.reduce(1))
-            ws = plgpu.load(ws_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(0))
             part = part * lax.broadcast_in_dim(xs, part.shape, [0])
+            if scalar_ws:  # the tile's 128 columns are one weight block: one scale
+                return part * ws_smem[j, 0]
+            ws = plgpu.load(ws_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(0))
             return part * lax.broadcast_in_dim(ws, part.shape, [1])
 
-        def run_blocks(total, *accs):  # a fresh accumulator per K-block: its sum alone
+        def run_blocks(total, *accs, close=None):  # a fresh accumulator per K-block
             for j, acc in enumerate(accs):  # all wgmmas issued first (asynchronous)
                 cols = pl.ds(j * BLOCK, BLOCK)
                 plgpu.wgmma(acc, x_smem.at[rows, cols], w_smem.at[:, cols].transpose((1, 0)))
+            if close is not None:  # (while the tensor core runs them)
+                total = close(total)
             for j, acc in enumerate(accs):  # promote block j while later ones still run
                 part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
                 total = total + scaled(part, j)
             return total
 
-        def step(total):
-            return pl.run_scoped(functools.partial(run_blocks, total),
+        def step(total, close=None):
+            return pl.run_scoped(functools.partial(run_blocks, total, close=close),
                                  *[plgpu.ACC((WG_ROWS, BLOCK), F32)] * blocks)
 
         if per_part == steps:  # one K part here: one running total
             return step(carry)
         i = idx[0] + 1
         ends = i - (i // per_part) * per_part == 0
+        if park and lazy_close:  # a part's close waits for the next part's first MMAs
+            opens = (idx[0] > 0) & (idx[0] - (idx[0] // per_part) * per_part == 0)
+            return step(carry, lambda r: lax.cond(
+                opens, functools.partial(park_add, park_smem.at[wg]), lambda r: r, r))
         if park:  # the finished parts' sum waits in shared memory (park_context)
             run = step(carry)
             zero = zero_total(run.shape)
@@ -125,10 +147,12 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
 
     def park_context(run, *, out_smem, park_smem, out_gmem, row_slice, col_slice):
         # the parts' sum from zero in the park; the last part's close leaves the total there
+        # (lazy_close: the last part's total comes back from the pipeline unclosed)
         slot = park_smem.at[lax.axis_index("wg")]
         slot[...] = zero_total((WG_ROWS, BLOCK))
-        run(zero_total((WG_ROWS, BLOCK)))
-        store_wg_rows(plgpu.load(slot, layout=plgpu.Layout.WGMMA), out_smem=out_smem,
+        last = run(zero_total((WG_ROWS, BLOCK)))
+        total = plgpu.load(slot, layout=plgpu.Layout.WGMMA)
+        store_wg_rows(total + last if lazy_close else total, out_smem=out_smem,
                       out_gmem=out_gmem, row_slice=row_slice, col_slice=col_slice)
 
     @functools.partial(
@@ -187,7 +211,8 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1, group_m: int = 1,
                           programs: int | None = None, k_parts: int = 1, spread: bool = False,
-                          park: bool = False,
+                          park: bool = False, scalar_ws: bool = False,
+                          lazy_close: bool = False,
                           interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
@@ -249,7 +274,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
                           persistent=programs is not None, k_parts=k_parts, spread=spread,
-                          park=park),
+                          park=park, scalar_ws=scalar_ws, lazy_close=lazy_close and park),
         out, min(programs or ctas, ctas), interpret)
     y = call(xq, w, xs_rows, ws_cols)
     if spread:  # (inside k_shards: every device's slabs, in K order)
