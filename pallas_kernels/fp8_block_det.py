@@ -14,7 +14,7 @@ Launches (each the same sums, so a row's bits do not depend on M or on the launc
     chain's bits (benchmarks/probe_swap_ab_bits.py, H100, session 49: 8 seeds x widths 8 / 16
     / 64).
   * "fold": fp8_block_mgpu (128 x 128 output tiles, warp-specialized, persistent) with the
-    parts folded in each CTA (park: their sum in shared memory; opt-in, see below).
+    parts folded in each CTA, their sum parked in shared memory (see below).
   * "spread": the same kernel with the parts as CTAs of their own, float32 slabs added by XLA
     -- where the output tiles alone would leave most SMs idle, and inside common.k_shards
     (every device's slabs gathered and added in K order: the unsharded layer's bits).
@@ -41,7 +41,7 @@ from .launch import sum_device_splits
 from .mgpu_common import BLOCK, WG_ROWS, RowFinish
 
 __all__ = ["fp8_block_det_mgpu", "det_launch", "DetLaunch", "LAUNCHES", "DECODE_MAX_ROWS",
-           "DECODE_ALWAYS_ROWS", "CLUSTER_FINISH_MAX_M", "FOLD_BLOCKS"]
+           "DECODE_ALWAYS_ROWS", "CLUSTER_FINISH_MAX_M"]
 
 F32 = jnp.float32
 LAUNCHES = ("decode", "fold", "spread")
@@ -62,17 +62,22 @@ LAUNCHES = ("decode", "fold", "spread")
 # output tiles number fewer than the SMs (x tiles of 8, 16, then multiples of 16), the
 # cluster's finish at 8-row tiles only; beyond, "spread" where fp8_heuristics.spread_pays'
 # launch model says (it picked the faster at M = 256 on both shapes where it had to choose),
-# else "fold" at one K-block a step. Second run (h100_det_block_park_s49.json, M = 256 /
+# else "fold" (session 49: at one K-block a step; since session 50 parked, below). Second run (h100_det_block_park_s49.json, M = 256 /
 # 4096, with 8192x8192): fold 49.5 / 718.0 against default's 48.1 / 596.4 there.
-# park (the parts' sum in shared memory, two K-blocks a step) ran 1-5% ahead of fold at
-# M = 4096 (206.0 / 611.3 / 682.9 against 208.2 / 637.2 / 718.0 on 4096x4096 / 14336x4096 /
-# 8192x8192), behind on two of three shapes at M = 256; its bits are not yet checked on a GPU
-# (its GPU test ran out of shared memory with a float32 output, since mended), so no launch
-# takes it unasked.
+# park (the parts' sum in shared memory, so two K-blocks a step fit the registers) ran 1-5%
+# ahead of fold at M = 4096 there; session 50 (benchmarks/probe_block_scale_load.py, 5 shapes,
+# M = 256 / 4096 / 16384, h100_scale_load_s50.json), with the weight scale read as one number:
+# park at two K-blocks a step 3-15% ahead of the register fold at one (4096x4096 M = 4096:
+# 201.3 against 206.8 us; 14336x4096 598.3 / 681.3; 18432x7168 1268.6 / 1495.2; 8192x8192
+# 695.1 / 754.3), within 3% behind it at M = 256 on 4096x4096 and 8192x8192. So the fold
+# launch parks, at two K-blocks a step wherever K's K-block count is even -- K = 7168's parts
+# of 7 close inside a step (fp8_block_mgpu). What park costs against default mode (1.10-1.23x
+# at M = 4096) is its closes: each reads and writes the warpgroups' 64 KB of float32 totals in
+# shared memory, which the wgmmas also read; deferring a close under the next MMAs (lazy,
+# session 50) gained 0-2%.
 DECODE_ALWAYS_ROWS = 16
 DECODE_MAX_ROWS = 64
 CLUSTER_FINISH_MAX_M = 8
-FOLD_BLOCKS = 1
 
 
 class DetLaunch(NamedTuple):
@@ -116,8 +121,10 @@ def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: boo
     if kind == "fold" and current_k_shards() is not None:
         raise ValueError("fp8_block_det_mgpu: inside k_shards the parts of every device are "
                          "added in K order after a gather: launch 'spread' (or None)")
-    two = (k // BLOCK // local) % 2 == 0  # (a part's K-blocks make whole steps of two)
-    return DetLaunch(kind, local, blocks_per_step=2 if two and kind == "spread" else FOLD_BLOCKS)
+    if kind == "spread":  # (a part's K-blocks must make whole steps)
+        return DetLaunch(kind, local, blocks_per_step=2 if (k // BLOCK // local) % 2 == 0 else 1)
+    return DetLaunch(kind, local, blocks_per_step=2 if (k // BLOCK) % 2 == 0 else 1,
+                     park=local > 1)
 
 
 def fp8_block_det_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,
