@@ -62,16 +62,19 @@ LAUNCHES = ("decode", "fold", "spread")
 # output tiles number fewer than the SMs (x tiles of 8, 16, then multiples of 16), the
 # cluster's finish at 8-row tiles only; beyond, "spread" where fp8_heuristics.spread_pays'
 # launch model says (it picked the faster at M = 256 on both shapes where it had to choose),
-# else "fold" (session 49: at one K-block a step; since session 50 parked, below). Second run (h100_det_block_park_s49.json, M = 256 /
-# 4096, with 8192x8192): fold 49.5 / 718.0 against default's 48.1 / 596.4 there.
+# else "fold" (session 49: at one K-block a step; since session 50 parked, below). Second
+# run (h100_det_block_park_s49.json, M = 256 / 4096, with 8192x8192): fold 49.5 / 718.0
+# against default's 48.1 / 596.4 there.
 # park (the parts' sum in shared memory, so two K-blocks a step fit the registers) ran 1-5%
-# ahead of fold at M = 4096 there; session 50 (benchmarks/probe_block_scale_load.py, 5 shapes,
-# M = 256 / 4096 / 16384, h100_scale_load_s50.json), with the weight scale read as one number:
+# ahead of fold at M = 4096 there; session 50 (benchmarks/probe_block_scale_load.py at
+# 1c485fd, 5 shapes, M = 256 / 4096 / 16384, h100_scale_load_s50.json; K = 7168:
+# h100_det_block_k7168_s50.json), with the weight scale read as one number:
 # park at two K-blocks a step 3-15% ahead of the register fold at one (4096x4096 M = 4096:
 # 201.3 against 206.8 us; 14336x4096 598.3 / 681.3; 18432x7168 1268.6 / 1495.2; 8192x8192
-# 695.1 / 754.3), within 3% behind it at M = 256 on 4096x4096 and 8192x8192. So the fold
+# 695.1 / 754.3; 7168x36864 / 7168x24576 at M = 4096, closing inside steps: 2490.5 / 2836.2,
+# 1716.5 / 1865.7), within 3% behind it at M = 256 on 4096x4096 and 8192x8192. So the fold
 # launch parks, at two K-blocks a step wherever K's K-block count is even -- K = 7168's parts
-# of 7 close inside a step (fp8_block_mgpu). What park costs against default mode (1.10-1.23x
+# of 7 close inside a step (fp8_block_mgpu). What park costs against default mode (1.07-1.27x
 # at M = 4096) is its closes: each reads and writes the warpgroups' 64 KB of float32 totals in
 # shared memory, which the wgmmas also read; deferring a close under the next MMAs (lazy,
 # session 50) gained 0-2%.

@@ -48,8 +48,6 @@ __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
 F32, BF16, E4M3 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn
 PARK_STAGING_BYTES = 16384  # the output's staging with park (both compute warpgroups)
-
-
 PARK_CHUNK = 32  # columns of a park close at a time (one swizzled tile of float32)
 
 
@@ -84,7 +82,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
             xs = plgpu.load(xs_smem.at[j, rows], layout=plgpu.Layout.WGMMA.reduce(1))
             # The tile's 128 columns are one weight block: its scale is one number, read by a
             # broadcast load rather than as 128 column values (32 loads a thread a K-block) --
-            # the same products, 3-6% faster at M >= 4096 (H100, session 50).
+            # the same products, 2-6% faster at M >= 256 (H100, session 50).
             return part * lax.broadcast_in_dim(xs, part.shape, [0]) * ws_smem[j, 0]
 
         def run_blocks(total, *accs, after=None):  # a fresh accumulator per K-block
