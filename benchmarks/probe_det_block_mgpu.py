@@ -43,9 +43,9 @@ BITWISE_MS = (7, 64, 300)
 
 
 def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None,
-              park: bool | None = None):
-    """fn(x, qw): fp8_block through fp8_block_det with its launch forced (blocks / finish: None
-    keeps det_launch's)."""
+              park: bool | None = None, park_cols: int | None = None):
+    """fn(x, qw): fp8_block through fp8_block_det with its launch forced (blocks / finish /
+    park / park_cols: None keeps det_launch's)."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
@@ -60,6 +60,8 @@ def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None,
             launch = launch._replace(in_kernel_finish=finish)
         if park is not None:
             launch = launch._replace(park=park)
+        if park_cols is not None:
+            launch = launch._replace(park_cols=park_cols)
         y = fp8_block_det_mgpu(xq, xs, qw.data, scale, out_dtype=x.dtype, launch=launch,
                                interpret=interpret)
         return qw.trim_rows(y)
@@ -81,6 +83,10 @@ def launch_ops(k: int, tiny: bool) -> list[bench.Op]:
     # step also where a part's K-blocks are odd: session 50)
     if k % 256 == 0:
         ops.append(bench.Op("fold_park_b2", FMT, "det", launch_fn("fold", blocks=2, park=True)))
+        # (session 50: part of the parts' sum kept in registers -- 64 / 32 of its 128 columns
+        # a warpgroup row, 32 / 16 registers a thread -- so a close moves 1/2 / 3/4 the bytes)
+        ops += [bench.Op(f"fold_park_b2_c{c}", FMT, "det",
+                         launch_fn("fold", blocks=2, park=True, park_cols=c)) for c in (64, 96)]
     ops.append(bench.Op("fold_park_b1", FMT, "det", launch_fn("fold", blocks=1, park=True)))
     return ops
 

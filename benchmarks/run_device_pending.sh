@@ -29,7 +29,8 @@
 #   detspread (session 48: the same probe's --spread -- deterministic W8A8's K parts in the
 #   program against as split_k programs, the launch choice spread_k_parts makes by M);
 #   wgdet (session 49: fp8_block_det -- deterministic block W8A8 on Mosaic at every M: its GPU
-#   tests, then probe_det_block_mgpu.py's launches beside both modes);
+#   tests, then probe_det_block_mgpu.py's launches beside both modes; session 50 added park
+#   with 64 / 96 of 128 columns in shared memory, the rest in registers: unmeasured);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);

@@ -90,6 +90,7 @@ class DetLaunch(NamedTuple):
     stages: int = 2  # decode: pipeline stages
     in_kernel_finish: bool = False  # decode: the cluster adds the parts and rounds
     park: bool = False  # fold: the finished parts' sum in shared memory (fp8_block_mgpu)
+    park_cols: int = BLOCK  # park: its columns in shared memory, the others' in registers
 
 
 def _local_parts(k: int) -> int:
@@ -149,7 +150,7 @@ def fp8_block_det_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale:
                                      blocks_per_step=launch.blocks_per_step, group_m=16,
                                      programs=num_sms(), k_parts=launch.parts,
                                      spread=launch.kind == "spread", park=launch.park,
-                                     interpret=interpret)
+                                     park_cols=launch.park_cols, interpret=interpret)
     if m > FP8_X_MAX_M:
         raise ValueError(f"fp8_block_det_mgpu: the decode launch takes M <= {FP8_X_MAX_M}, "
                          f"got M={m}")

@@ -19,8 +19,8 @@ promote_k=128 order (fp8_core: part * row scale * column scale, added in K order
 
 K parts (session 49, deterministic mode's order: fp8_block_det): with k_parts, each part's total
 starts from zero and the parts' totals are added in K order -- in the CTA (a second running
-total, or with park one in shared memory) or, spread, as CTAs of their own writing float32
-slabs that XLA adds.
+total, or with park one in shared memory, optionally only some of its columns: park_cols) or,
+spread, as CTAs of their own writing float32 slabs that XLA adds.
 
 Layout: x (M, K) e4m3 row-major; w (N, K) e4m3 -- the K-major B operand fp8 wgmma needs;
 M, N, K multiples of 128 (the caller pads M). Scales are handed over as per-K-block rows that
@@ -51,18 +51,18 @@ PARK_STAGING_BYTES = 16384  # the output's staging with park (both compute warpg
 PARK_CHUNK = 32  # columns of a park close at a time (one swizzled tile of float32)
 
 
-def park_add(slot, run: jax.Array) -> jax.Array:
-    """slot (64, 128 float32, shared memory) += run, PARK_CHUNK columns at a time -- so a close
-    holds few more registers than the running total while a later K-block's accumulator is in
-    flight; then a zero running total for the next part."""
-    for c in range(0, run.shape[1], PARK_CHUNK):
+def park_add(slot, run: jax.Array) -> None:
+    """slot (64 rows of float32, shared memory) += run (its first slot.shape[1] columns),
+    PARK_CHUNK columns at a time -- so a close holds few more registers than the running total
+    while a later K-block's accumulator is in flight."""
+    for c in range(0, slot.shape[1], PARK_CHUNK):
         piece = slot.at[:, pl.ds(c, PARK_CHUNK)]
         piece[...] = plgpu.load(piece, layout=plgpu.Layout.WGMMA) + run[:, c:c + PARK_CHUNK]
-    return zero_total(run.shape)
 
 
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
-            group_m: int, persistent: bool, k_parts: int, spread: bool, park: bool):
+            group_m: int, persistent: bool, k_parts: int, spread: bool, park: bool,
+            park_cols: int):
     m, k = x_gmem.shape
     n = w_gmem.shape[0]
     m_tiles, n_tiles = m // BLOCK, n // BLOCK
@@ -90,8 +90,9 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
                 cols = pl.ds(j * BLOCK, BLOCK)
                 plgpu.wgmma(acc, x_smem.at[rows, cols], w_smem.at[:, cols].transpose((1, 0)))
             for j, acc in enumerate(accs):  # promote block j while later ones still run
-                part = plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j)
-                total = total + scaled(part, j)
+                part = scaled(plgpu.wgmma_accumulator_load(acc, wait_n=len(accs) - 1 - j), j)
+                # (park: the carry is (running total, the finished parts' kept columns))
+                total = (total[0] + part, total[1]) if park else total + part
                 if after is not None:
                     total = after(j, total)
             return total
@@ -102,14 +103,18 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
 
         if not folded:  # one K part here: one running total
             return step(carry)
-        if park:  # after a part's last K-block, the park (park_context) += the part's total
-            def after(j, run):
+        if park:  # after a part's last K-block its total joins the finished parts' sum: in
+            # the park (park_context) its first park_cols columns, in registers the rest
+            def close(run, kept):
+                park_add(park_smem.at[wg, :, pl.ds(0, park_cols)], run)
+                return zero_total(run.shape), None if kept is None else kept + run[:, park_cols:]
+
+            def after(j, carry):
                 if part_blocks % blocks == 0 and j != blocks - 1:
-                    return run  # (parts of whole steps close after a step's last block)
+                    return carry  # (parts of whole steps close after a step's last block)
                 done = idx[0] * blocks + j + 1  # K-blocks promoted
                 ends = done - (done // part_blocks) * part_blocks == 0
-                return lax.cond(ends, functools.partial(park_add, park_smem.at[wg]),
-                                lambda r: r, run)
+                return lax.cond(ends, close, lambda r, k: (r, k), *carry)
             return step(carry, after)
         i = idx[0] + 1
         ends = i - (i // (part_blocks // blocks)) * (part_blocks // blocks) == 0
@@ -139,10 +144,14 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
                                         transforms=swizzled(F32))) if park else {}
 
     def park_context(run, *, out_smem, park_smem, out_gmem, row_slice, col_slice):
-        # the parts' sum from zero in the park; the last part's close leaves the total there
+        # the parts' sum from zero in the park (and the kept columns' in registers); the last
+        # part's close leaves the total there (the kept columns joining it at the end)
         slot = park_smem.at[lax.axis_index("wg")]
         slot[...] = zero_total((WG_ROWS, BLOCK))
-        run(zero_total((WG_ROWS, BLOCK)))
+        kept = zero_total((WG_ROWS, BLOCK - park_cols)) if park_cols < BLOCK else None
+        _, kept = run((zero_total((WG_ROWS, BLOCK)), kept))
+        if kept is not None:  # (each thread reads back the elements it wrote: no barrier)
+            slot.at[:, pl.ds(park_cols, BLOCK - park_cols)][...] = kept
         store_wg_rows(plgpu.load(slot, layout=plgpu.Layout.WGMMA), out_smem=out_smem,
                       out_gmem=out_gmem, row_slice=row_slice, col_slice=col_slice)
 
@@ -202,7 +211,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
                           *, out_dtype=BF16, stages: int | None = None,
                           blocks_per_step: int = 1, group_m: int = 1,
                           programs: int | None = None, k_parts: int = 1, spread: bool = False,
-                          park: bool = False,
+                          park: bool = False, park_cols: int = BLOCK,
                           interpret: bool | plgpu.InterpretGPUParams = False) -> jax.Array:
     """y (M, N) = block-scaled xq (M, K) e4m3 [x_scale (M, K/128)] @ w (N, K) e4m3
     [w_scale (N/128, K/128)]^T in out_dtype; see the module docstring for the numerics.
@@ -224,6 +233,9 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     then staged 64 columns at a time) rather than in registers, where with two K-blocks a
     step it spilled (H100, session 49: 228 us against one block a step's 208 at 4096^3); a
     part's close (the park += its total) follows its last K-block, inside a step or at its end.
+    park_cols: the park's columns (a multiple of 32, up to 128); the others' sum stays in
+    registers, so a close moves park_cols / 128 of the shared-memory bytes (with two K-blocks
+    a step: 64 x (128 - park_cols) / 128 more registers a thread).
     interpret: run Mosaic GPU's interpreter (CPU); or its parameters (e.g. race detection)."""
     if blocks_per_step not in (1, 2):
         raise ValueError(f"blocks_per_step must be 1 or 2, got {blocks_per_step}")
@@ -253,6 +265,10 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
                          f"{k_parts!r}")
     if spread and current_k_shards() is None and k_parts == 1:
         raise ValueError("spread runs K parts as CTAs: it needs k_parts > 1")
+    if not (isinstance(park_cols, int) and 0 < park_cols <= BLOCK
+            and park_cols % PARK_CHUNK == 0):
+        raise ValueError(f"park_cols must be a multiple of {PARK_CHUNK} in (0, {BLOCK}], got "
+                         f"{park_cols!r}")
     if park and (spread or k_parts == 1):
         raise ValueError("park holds the sum of K parts folded in the CTA: it needs "
                          "k_parts > 1 and spread=False")
@@ -268,7 +284,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     call = mgpu_kernel(
         functools.partial(_kernel, stages=stages, blocks=blocks_per_step, group_m=group_m,
                           persistent=programs is not None, k_parts=k_parts, spread=spread,
-                          park=park),
+                          park=park, park_cols=park_cols),
         out, min(programs or ctas, ctas), interpret)
     y = call(xq, w, xs_rows, ws_cols)
     if spread:  # (inside k_shards: every device's slabs, in K order)

@@ -35,7 +35,8 @@ def _run(args, launch, out_dtype=jnp.float32, interpret=True):
 def _launches_match_the_fold(args, acc_rtol, interpret):
     """The register fold (one K-block a step, no park) within acc_rtol of float64, and every
     launch that takes the problem bitwise it: spread; park at one K-block a step and at two
-    (a part's close inside a step where its K-blocks are odd); the register fold and spread at
+    (a part's close inside a step where its K-blocks are odd), also with half its columns'
+    sum kept in registers (park_cols); the register fold and spread at
     two where a part's K-blocks are even; the swap-AB decode up to 128 rows at two stage
     counts."""
     m, k = args[0].shape
@@ -43,7 +44,8 @@ def _launches_match_the_fold(args, acc_rtol, interpret):
     ref, bound = _float64(*args)
     assert_within_bound(fold, ref, bound, acc_rtol, jnp.float32)
     launches = [DetLaunch("spread", 8), DetLaunch("fold", 8, park=True),
-                DetLaunch("fold", 8, blocks_per_step=2, park=True)]
+                DetLaunch("fold", 8, blocks_per_step=2, park=True),
+                DetLaunch("fold", 8, blocks_per_step=2, park=True, park_cols=64)]
     if k // 128 // 8 % 2 == 0:
         launches += [DetLaunch("fold", 8, blocks_per_step=2),
                      DetLaunch("spread", 8, blocks_per_step=2)]
@@ -139,6 +141,8 @@ def test_rejects_bad_input(rng):
         fp8_block_det_mgpu(xq, xs, w[:200], ws)
     with pytest.raises(ValueError, match="x_scale must be"):
         fp8_block_det_mgpu(xq[:4], xs[:3], w, ws, launch="decode", interpret=True)
+    with pytest.raises(ValueError, match="park_cols must be a multiple of 32"):
+        fp8_block_det_mgpu(xq, xs, w, ws, launch=DetLaunch("fold", 2, park=True, park_cols=48))
     with pytest.raises(ValueError, match="e4m3 x goes with x_scales"):
         plain_slabs(xq[:4], w, splits=1, stages=2, a_tile=None, chains="range",
                     x_scales=xs[:4], interpret=True)

@@ -91,6 +91,14 @@ def test_rejects_bad_operands(rng):
         fp8_block_matmul_mgpu(xq, xs, w, ws, group_m=0)
     with pytest.raises(ValueError, match="programs"):
         fp8_block_matmul_mgpu(xq, xs, w, ws, programs=0)
+    # K = 256: two K-blocks, one pipeline step of two -- two parts cut the K-blocks (park
+    # closes inside a step), not the step
+    with pytest.raises(ValueError, match="1 pipeline steps of 2 K-block"):
+        fp8_block_matmul_mgpu(xq, xs, w, ws, blocks_per_step=2, k_parts=2)
+    with pytest.raises(ValueError, match="2 K-blocks into equal parts, got 3"):
+        fp8_block_matmul_mgpu(xq, xs, w, ws, blocks_per_step=2, k_parts=3, park=True)
+    with pytest.raises(ValueError, match="park holds the sum of K parts"):
+        fp8_block_matmul_mgpu(xq, xs, w, ws, park=True)
 
 
 @pytest.mark.gpu
