@@ -42,10 +42,10 @@ FMT = "fp8_block"
 BITWISE_MS = (7, 64, 300)
 
 
-def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None,
-              park: bool | None = None, park_cols: int | None = None):
-    """fn(x, qw): fp8_block through fp8_block_det with its launch forced (blocks / finish /
-    park / park_cols: None keeps det_launch's)."""
+def launch_fn(kind: str, **changes):
+    """fn(x, qw): fp8_block through fp8_block_det with its launch forced: det_launch's for
+    `kind`, with `changes` (DetLaunch fields: blocks_per_step, in_kernel_finish, park,
+    park_cols) replaced."""
     interpret = jax.default_backend() == "cpu"
 
     def fn(x, qw):
@@ -53,15 +53,7 @@ def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None,
         scale, _ = _weight_scale(qw, qw.spec)
         m, k = xq.shape
         launch = det_launch(m, qw.data.shape[0], k, out_dtype=x.dtype, interpret=interpret,
-                            kind=kind)
-        if blocks is not None:
-            launch = launch._replace(blocks_per_step=blocks)
-        if finish is not None:
-            launch = launch._replace(in_kernel_finish=finish)
-        if park is not None:
-            launch = launch._replace(park=park)
-        if park_cols is not None:
-            launch = launch._replace(park_cols=park_cols)
+                            kind=kind)._replace(**changes)
         y = fp8_block_det_mgpu(xq, xs, qw.data, scale, out_dtype=x.dtype, launch=launch,
                                interpret=interpret)
         return qw.trim_rows(y)
@@ -69,25 +61,25 @@ def launch_fn(kind: str, blocks: int | None = None, finish: bool | None = None,
 
 
 def launch_ops(k: int, tiny: bool) -> list[bench.Op]:
+    def op(name, kind, max_m=None, **changes):
+        return bench.Op(name, FMT, "det", launch_fn(kind, **changes), max_m=max_m)
     ops = []
     if not tiny:  # (the interpreter runs no decode launch at M <= 8: its x tile's bits)
-        ops += [bench.Op("decode_xla", FMT, "det", launch_fn("decode", finish=False), max_m=128),
-                bench.Op("decode_cluster", FMT, "det", launch_fn("decode", finish=True),
-                         max_m=16)]
+        ops += [op("decode_xla", "decode", 128, in_kernel_finish=False),
+                op("decode_cluster", "decode", 16, in_kernel_finish=True)]
     two = (k // 128 // det_launch(1, 128, k, kind="fold").parts) % 2 == 0
     for kind in ("fold", "spread"):
-        ops.append(bench.Op(f"{kind}_b1", FMT, "det", launch_fn(kind, blocks=1, park=False)))
-        if two:
-            ops.append(bench.Op(f"{kind}_b2", FMT, "det", launch_fn(kind, blocks=2, park=False)))
+        ops += [op(f"{kind}_b{b}", kind, blocks_per_step=b, park=False)
+                for b in ((1, 2) if two else (1,))]
     # (the parts' sum in shared memory: session 49; closes inside a step, so two K-blocks a
     # step also where a part's K-blocks are odd: session 50)
     if k % 256 == 0:
-        ops.append(bench.Op("fold_park_b2", FMT, "det", launch_fn("fold", blocks=2, park=True)))
+        ops.append(op("fold_park_b2", "fold", blocks_per_step=2, park=True))
         # (session 50: part of the parts' sum kept in registers -- 64 / 32 of its 128 columns
         # a warpgroup row, 32 / 16 registers a thread -- so a close moves 1/2 / 3/4 the bytes)
-        ops += [bench.Op(f"fold_park_b2_c{c}", FMT, "det",
-                         launch_fn("fold", blocks=2, park=True, park_cols=c)) for c in (64, 96)]
-    ops.append(bench.Op("fold_park_b1", FMT, "det", launch_fn("fold", blocks=1, park=True)))
+        ops += [op(f"fold_park_b2_c{c}", "fold", blocks_per_step=2, park=True, park_cols=c)
+                for c in (64, 96)]
+    ops.append(op("fold_park_b1", "fold", blocks_per_step=1, park=True))
     return ops
 
 

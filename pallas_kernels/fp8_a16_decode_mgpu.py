@@ -398,8 +398,8 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                 x_scales: jax.Array | None = None) -> jax.Array:
     """The launch: (splits, N, x_tile_rows(M)) float32 slabs of y^T (splits * range_parts with
     range_parts), range s holding its K range's sums (x rows past M zero). x (M <= 16, K)
-    16-bit (or e4m3, M <= FP8_X_MAX_M: x_scales); w (N, K) codes of any dtype a_tile reads (int4 for e2m1); scales None or
-    (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
+    16-bit (or e4m3, M <= FP8_X_MAX_M: x_scales); w (N, K) codes of any dtype a_tile reads
+    (int4 for e2m1); scales None or (N, K / (128 * blocks) * c) uint8, a (64, c) tile a step.
     A step is `blocks` K-blocks of 128; a_tile(w_ref, s_ref) -> one K-block's (64, 128) A
     operand in x's dtype (s_ref: its `c / blocks` scale columns; None without scales).
     chains: "range" (one wgmma chain over the range) or "block" (each K-block's chain from zero,

@@ -25,7 +25,7 @@ from jqlin.checkpoint.hf_fp8 import ue8m0_activation
 from pallas_kernels import (MatmulConfig, cache_config, clear_config_cache, fp8_matmul,
                             resolve_config)
 from pallas_kernels.fp8_heuristics import w8a16_heuristic
-from float64_bound import GPU_ACC_RTOL_FP8, w8a8_float64
+from float64_bound import GPU_ACC_RTOL_FP8, block_w8a8_operands, w8a8_float64
 from invariance import assert_rows_batch_invariant
 
 KERNEL_OF = {
@@ -288,12 +288,7 @@ def test_block_deterministic_rows_on_the_triton_kernel(rng):
     (fp8_block_det serves sm_90 and the interpreter): forced here with path='pallas', rows alone
     equal the same rows inside M = 65 (the spread launch at M = 1, in-program parts at 65)."""
     from pallas_kernels import w8a8_matmul
-    m, n, k = 65, 256, 1024
-    xq = jnp.asarray(rng.standard_normal((m, k)) * rng.uniform(0.1, 3, (m, 1)),
-                     jnp.float8_e4m3fn)
-    xs = jnp.asarray(rng.uniform(0.5, 2, (m, k // 128)), jnp.float32)
-    w = jnp.asarray(rng.standard_normal((n, k)), jnp.float8_e4m3fn)
-    ws = jnp.asarray(rng.uniform(0.5, 2, (n // 128, k // 128)), jnp.float32)
+    xq, xs, w, ws = block_w8a8_operands(rng, 65, 256, 1024)
     run = lambda a, s: np.asarray(w8a8_matmul(a, s, w, ws, x_scale_kind="group",
                                               w_scale_kind="block", out_dtype=jnp.float32,
                                               deterministic=True, interpret=True,
