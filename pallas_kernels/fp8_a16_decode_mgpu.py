@@ -53,8 +53,8 @@ from .common import current_k_shards, device_ranges
 from .fp8_block_a16_mgpu import det_groups
 from .fp8_heuristics import det_k_parts, num_sms
 from .launch import fold_parts, sum_device_splits
-from .mgpu_common import (BLOCK, WG_ROWS, RowFinish, div_full, finish_rows, interpret_params,
-                          store_piece, swizzled, zero_total)
+from .mgpu_common import (BLOCK, TMA_ROW_F32, WG_ROWS, RowFinish, div_full, finish_rows,
+                          interpret_params, store_piece, swizzled, zero_total)
 
 __all__ = ["fp8_a16_decode_mgpu", "decode_params", "DecodeParams", "DECODE_MAX_M",
            "decode_fits", "plain_slabs", "det_order", "det_launch", "least_range_parts",
@@ -100,11 +100,9 @@ DET_FOLD_KERNELS = ("fp8_a16_decode_mgpu",)
 FP8_X_MAX_M = 128
 
 
-# The x scales' pipeline buffer holds rows of at least this many float32 values: TMA writes
-# shared memory at 128-byte-aligned addresses, and a stage of one 8- or 16-value row (32 or 64
-# bytes) put the next stage's off that -- CUDA_ERROR_MISALIGNED_ADDRESS on an H100 (session 49;
-# 64-row tiles, 256 bytes a row, ran)
-XS_MIN_COLS = 32
+# The x scales' pipeline buffer holds rows of at least 128 bytes (TMA's shared-memory
+# alignment; session 49: one 8- or 16-value row a stage faulted, 64-row tiles ran)
+XS_MIN_COLS = TMA_ROW_F32
 
 
 def x_tile_rows(m: int) -> int:

@@ -24,8 +24,9 @@ spread, as CTAs of their own writing float32 slabs that XLA adds.
 
 Layout: x (M, K) e4m3 row-major; w (N, K) e4m3 -- the K-major B operand fp8 wgmma needs;
 M, N, K multiples of 128 (the caller pads M). Scales are handed over as per-K-block rows that
-TMA can move: x_scale transposed to (K/128, M), w_scale expanded to one value per column,
-(K/128, N).
+TMA can move: x_scale transposed to (K/128, M); w_scale as one 128-byte row a K-block per
+128-wide weight tile, (K/128, N/128 * 32) (mgpu_common.block_scale_tiles; until session 51 one
+value per column, (K/128, N), four times the bytes).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from .common import cdiv, current_k_shards
 from .fp8_heuristics import num_sms
 from .launch import sum_device_splits
-from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, store_wg_rows, swizzled,
-                          tile_index, warpgroup_pipeline, weight_scale_rows, zero_total)
+from .mgpu_common import (BLOCK, TMA_ROW_F32, WG_ROWS, block_scale_tiles, mgpu_kernel,
+                          store_rows, store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
+                          zero_total)
 
 __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
@@ -128,7 +130,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, first + i), transforms=fp8_tiles),
             plgpu.BlockSpec((BLOCK, step_k), lambda i: (0, first + i), transforms=fp8_tiles),
             plgpu.BlockSpec((blocks, BLOCK), lambda i: (first + i, 0)),
-            plgpu.BlockSpec((blocks, BLOCK), lambda i: (first + i, 0)),
+            plgpu.BlockSpec((blocks, TMA_ROW_F32), lambda i: (first + i, 0)),
         ])
 
     unused = lambda *_, **__: None  # the allocations depend on block shapes only
@@ -184,7 +186,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
                 body_fn = body
             pipeline(body_fn, context, part * steps)(
                 x_gmem.at[m_slice], w_gmem.at[n_slice], xs_gmem.at[:, m_slice],
-                ws_gmem.at[:, n_slice], allocations=allocs)
+                ws_gmem.at[:, pl.ds(n_idx * TMA_ROW_F32, TMA_ROW_F32)], allocations=allocs)
 
         if persistent:  # each CTA walks tiles t, t + programs, ...: the TMA warpgroup
             # prefetches the next tile's operands while the compute warpgroups finish this
@@ -278,7 +280,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
         x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
     ctas = mp // BLOCK * (n // BLOCK) * (k_parts if spread else 1)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
-    ws_cols = weight_scale_rows(w_scale, "block", n, k)  # (K/128, N)
+    ws_tiles = block_scale_tiles(w_scale)  # (K/128, N/128 * 32)
     out = (jax.ShapeDtypeStruct((k_parts * mp, n), F32) if spread else
            jax.ShapeDtypeStruct((mp, n), jnp.dtype(out_dtype)))
     call = mgpu_kernel(
@@ -286,7 +288,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
                           persistent=programs is not None, k_parts=k_parts, spread=spread,
                           park=park, park_cols=park_cols),
         out, min(programs or ctas, ctas), interpret)
-    y = call(xq, w, xs_rows, ws_cols)
+    y = call(xq, w, xs_rows, ws_tiles)
     if spread:  # (inside k_shards: every device's slabs, in K order)
         y = sum_device_splits(y, k_parts, mp, n).astype(out_dtype)
     return y[:m] if mp != m else y

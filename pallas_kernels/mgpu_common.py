@@ -21,6 +21,7 @@ from .common import finish_rows
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
            "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
+           "TMA_ROW_F32", "block_scale_tiles",
            "interpret_params", "mgpu_kernel", "COMPUTE_WGS", "RowFinish",
            "finish_rows", "div_full"]
 
@@ -30,6 +31,10 @@ COMPUTE_WGS = (2, 4)  # compute warpgroups per CTA (plus the TMA one)
 # shared memory a CTA may allocate on sm_90 (what Mosaic GPU reports on the H200), less 2 KB
 # for the pipeline's barriers and alignment
 SMEM_BYTES = 232448 - 2048
+# float32 values in 128 bytes: TMA writes shared memory at 128-byte-aligned addresses, so a
+# pipeline buffer of narrower float32 rows puts the next stage's off that alignment
+# (CUDA_ERROR_MISALIGNED_ADDRESS on an H100, session 49: rows of 8 / 16 values)
+TMA_ROW_F32 = 32
 
 
 def swizzled(dtype, cols: int = BLOCK) -> tuple:
@@ -195,6 +200,14 @@ def weight_scale_rows(w_scale: jax.Array, kind: str, n: int, k: int) -> jax.Arra
     if kind == "block":
         return jnp.repeat(ws, BLOCK, axis=1)
     return jnp.broadcast_to(ws, (k // BLOCK, n))
+
+
+def block_scale_tiles(w_scale: jax.Array) -> jax.Array:
+    """128x128 block scales (N/128, K/128) as one float32 row per K-block holding each
+    128-wide weight tile's scale TMA_ROW_F32 times, (K/128, N/128 * TMA_ROW_F32): a tile's
+    pipeline buffer is then one aligned 128-byte row a K-block rather than weight_scale_rows'
+    128 copies (512 bytes), and the whole array a quarter of that layout's."""
+    return jnp.repeat(w_scale.astype(jnp.float32).T, TMA_ROW_F32, axis=1)
 
 
 def interpret_params(interpret) -> plgpu.InterpretGPUParams | bool:
