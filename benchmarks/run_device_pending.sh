@@ -31,6 +31,9 @@
 #   wgdet (session 49: fp8_block_det -- deterministic block W8A8 on Mosaic at every M: its GPU
 #   tests, then probe_det_block_mgpu.py's launches beside both modes; session 50 added park
 #   with 64 / 96 of 128 columns in shared memory, the rest in registers: unmeasured);
+#   blockcheck (session 51: fp8_block_mgpu's weight scales as block_scale_tiles -- the block and
+#   det kernels' GPU tests, the park's columns at M = 4096, the time against OLD's layout, then
+#   fp8_block at M = 4096 on the 11 shapes in both modes);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
@@ -207,6 +210,28 @@ if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests,
     --m "${WGDET_M:-1,16,32,64,128,256,1024,4096}" --out "$OUT/det_block.json" \
     > "$OUT/det_block.log" 2>&1
   echo "det_block rc=$?"; grep -E "^\{|fp8_block" "$OUT/det_block.log" | cut -c1-118 | tail -150
+fi
+if [[ $STAGES == *blockcheck* ]]; then  # session 51: the weight scales one 128-byte row a tile
+  timeout "${T_BC_TESTS:-170}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -n 3 \
+    tests/kernels/test_fp8_block_mgpu.py tests/kernels/test_fp8_block_det.py \
+    > "$OUT/pytest_blockcheck.log" 2>&1
+  echo "pytest blockcheck rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_blockcheck.log"
+  timeout "${T_BC_PARK:-80}" python3 benchmarks/probe_det_block_mgpu.py --shapes 4096x4096,8192x8192 \
+    --m 4096 --bitwise-shapes "" --out "$OUT/det_block_cols.json" > "$OUT/det_block_cols.log" 2>&1
+  echo "park cols rc=$?"; grep -E "fp8_block|bf16" "$OUT/det_block_cols.log" | grep -v "^\[" | cut -c1-120
+  AB=(--reps 3 --xla-ref-max-m 0 --modes default --formats fp8_block
+      --shapes 7168x36864,4096x4096 --m 256,4096)
+  timeout 45 python3 benchmarks/bench_matmul.py "${AB[@]}" --out "$OUT/ab_new" > "$OUT/ab_new.log" 2>&1
+  echo "scales new rc=$?"
+  if [[ -n ${OLD:-} ]]; then
+    (cd "$OLD" && PYTHONPATH=. timeout 45 python3 benchmarks/bench_matmul.py "${AB[@]}" \
+      --out "$OUT/ab_old" > "$OUT/ab_old.log" 2>&1; echo "scales old rc=$?")
+  fi
+  for f in "$OUT"/ab_*.log; do echo "$f"; grep -E "fp8_block|bf16" "$f" | grep -v "^\[" | cut -c1-120; done
+  timeout "${T_BC_ROWS:-200}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
+    --modes default,det --formats fp8_block --shapes all --m 4096 --out "$OUT/block_m4096" \
+    > "$OUT/block_m4096.log" 2>&1
+  echo "block m4096 rc=$?"; grep -E "fp8_block|bf16" "$OUT/block_m4096.log" | grep -v "^\[" | cut -c1-120
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
