@@ -34,6 +34,8 @@
 #   blockcheck (session 51: fp8_block_mgpu's weight scales as block_scale_tiles -- the block and
 #   det kernels' GPU tests, the park's columns at M = 4096, the time against OLD's layout, then
 #   fp8_block at M = 4096 on the 11 shapes in both modes);
+#   parkcols (session 51: deterministic block W8A8's park at 96 of 128 columns -- the launch
+#   tests' bits with it, then its time beside the whole park on 5 shapes at M = 4096, twice);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
@@ -212,7 +214,8 @@ if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests,
   echo "det_block rc=$?"; grep -E "^\{|fp8_block" "$OUT/det_block.log" | cut -c1-118 | tail -150
 fi
 if [[ $STAGES == *blockcheck* ]]; then  # session 51: the weight scales one 128-byte row a tile
-  timeout "${T_BC_TESTS:-170}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short -n 3 \
+  timeout "${T_BC_TESTS:-170}" "${GPU_ENV[@]}" python3 -m pytest -q -p no:cacheprovider -m gpu \
+    --tb=short -n "$(gpu_workers 3)" \
     tests/kernels/test_fp8_block_mgpu.py tests/kernels/test_fp8_block_det.py \
     > "$OUT/pytest_blockcheck.log" 2>&1
   echo "pytest blockcheck rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_blockcheck.log"
@@ -232,6 +235,18 @@ if [[ $STAGES == *blockcheck* ]]; then  # session 51: the weight scales one 128-
     --modes default,det --formats fp8_block --shapes all --m 4096 --out "$OUT/block_m4096" \
     > "$OUT/block_m4096.log" 2>&1
   echo "block m4096 rc=$?"; grep -E "fp8_block|bf16" "$OUT/block_m4096.log" | grep -v "^\[" | cut -c1-120
+fi
+if [[ $STAGES == *parkcols* ]]; then  # session 51: park_cols=96 for det_launch?
+  timeout "${T_PC_TESTS:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -p no:cacheprovider -m gpu \
+    --tb=short -n "$(gpu_workers 3)" tests/kernels/test_fp8_block_det.py -k launches \
+    > "$OUT/pytest_parkcols.log" 2>&1
+  echo "pytest parkcols rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_parkcols.log"
+  for r in 1 2; do
+    timeout "${T_PC:-150}" python3 benchmarks/probe_det_block_mgpu.py --bitwise-shapes "" --m 4096 \
+      --shapes "${PC_SHAPES:-4096x4096,8192x8192,14336x4096,8192x10240,7168x24576}" \
+      --out "$OUT/parkcols_$r.json" > "$OUT/parkcols_$r.log" 2>&1
+    echo "parkcols $r rc=$?"; grep -E "pallas_fp8_block|park" "$OUT/parkcols_$r.log" | cut -c1-120
+  done
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \

@@ -35,8 +35,8 @@ def _run(args, launch, out_dtype=jnp.float32, interpret=True):
 def _launches_match_the_fold(args, acc_rtol, interpret):
     """The register fold (one K-block a step, no park) within acc_rtol of float64, and every
     launch that takes the problem bitwise it: spread; park at one K-block a step and at two
-    (a part's close inside a step where its K-blocks are odd), also with half its columns'
-    sum kept in registers (park_cols); the register fold and spread at
+    (a part's close inside a step where its K-blocks are odd), also with a quarter of its
+    columns' sum kept in registers (park_cols: 96, session 51's candidate); the register fold and spread at
     two where a part's K-blocks are even; the swap-AB decode up to 128 rows at two stage
     counts."""
     m, k = args[0].shape
@@ -45,7 +45,7 @@ def _launches_match_the_fold(args, acc_rtol, interpret):
     assert_within_bound(fold, ref, bound, acc_rtol, jnp.float32)
     launches = [DetLaunch("spread", 8), DetLaunch("fold", 8, park=True),
                 DetLaunch("fold", 8, blocks_per_step=2, park=True),
-                DetLaunch("fold", 8, blocks_per_step=2, park=True, park_cols=64)]
+                DetLaunch("fold", 8, blocks_per_step=2, park=True, park_cols=96)]
     if k // 128 // 8 % 2 == 0:
         launches += [DetLaunch("fold", 8, blocks_per_step=2),
                      DetLaunch("spread", 8, blocks_per_step=2)]
