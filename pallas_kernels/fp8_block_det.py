@@ -77,7 +77,9 @@ LAUNCHES = ("decode", "fold", "spread")
 # of 7 close inside a step (fp8_block_mgpu). What park costs against default mode (1.07-1.27x
 # at M = 4096) is its closes: each reads and writes the warpgroups' 64 KB of float32 totals in
 # shared memory, which the wgmmas also read; deferring a close under the next MMAs (lazy,
-# session 50) gained 0-2%.
+# session 50) gained 0-2%. Parking 96 of the 128 columns (park_cols, the rest in registers;
+# session 51, h100_det_block_cols_s51.json) ran 3% ahead at K = 4096 / 8192 and 1% behind at
+# 14336 (M = 4096, one run); not taken until a repeat and its GPU bits agree (NOTES).
 DECODE_ALWAYS_ROWS = 16
 DECODE_MAX_ROWS = 64
 CLUSTER_FINISH_MAX_M = 8
