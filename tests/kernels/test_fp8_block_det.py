@@ -36,9 +36,9 @@ def _launches_match_the_fold(args, acc_rtol, interpret):
     """The register fold (one K-block a step, no park) within acc_rtol of float64, and every
     launch that takes the problem bitwise it: spread; park at one K-block a step and at two
     (a part's close inside a step where its K-blocks are odd), also with a quarter of its
-    columns' sum kept in registers (park_cols: 96, session 51's candidate); the register fold and spread at
-    two where a part's K-blocks are even; the swap-AB decode up to 128 rows at two stage
-    counts."""
+    columns' sum kept in registers (park_cols=96, session 51's candidate); the register fold
+    and spread at two where a part's K-blocks are even; the swap-AB decode up to 128 rows at
+    two stage counts."""
     m, k = args[0].shape
     fold = _run(args, DetLaunch("fold", 8), interpret=interpret)
     ref, bound = _float64(*args)
