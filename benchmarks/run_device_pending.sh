@@ -11,7 +11,8 @@
 #   activation rule on the FP8 block kernel: its GPU tests and time), group (session 40's
 #   e4m3_group_codes: GPU tests -- with session 41's bounded fbgemm_fp8 codes -- and its A/B),
 #   amax_ab (session 40's one-integer abs_max against OLD, the tree before it), rows8 / rows4
-#   (README rows), finish (session 42's in-kernel finish of the decode kernels: their GPU
+#   (README rows; ROWS8_FORMATS, ROWS8_MODES, M_ROWS8, ROWS8_SHAPES: rows8's), finish
+#   (session 42's in-kernel finish of the decode kernels: their GPU
 #   tests and its time beside XLA's finish), finrows (session 43's FP8 finish default from
 #   N = 8192: the GPU tests it changes, then the README's FP8 W8A16 M = 1 / 16 rows -- H200
 #   only), divide (session 44: div_full's GPU test, then the NVFP4 / finish / deterministic GPU
@@ -30,12 +31,9 @@
 #   program against as split_k programs, the launch choice spread_k_parts makes by M);
 #   wgdet (session 49: fp8_block_det -- deterministic block W8A8 on Mosaic at every M: its GPU
 #   tests, then probe_det_block_mgpu.py's launches beside both modes; session 50 added park
-#   with 64 / 96 of 128 columns in shared memory, the rest in registers: unmeasured);
-#   blockcheck (session 51: fp8_block_mgpu's weight scales as block_scale_tiles -- the block and
-#   det kernels' GPU tests, the park's columns at M = 4096, the time against OLD's layout, then
-#   fp8_block at M = 4096 on the 11 shapes in both modes);
-#   parkcols (session 51: deterministic block W8A8's park at 96 of 128 columns -- the launch
-#   tests' bits with it, then its time beside the whole park on 5 shapes at M = 4096, twice);
+#   with 64 / 96 of 128 columns in shared memory, the rest in registers, measured in session
+#   51; WGDET_BITWISE: the probe's --bitwise-shapes if set ("" none), WGDET_RUN: a suffix of its
+#   files);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
@@ -174,7 +172,8 @@ fi
 if [[ $STAGES == *rows8* ]]; then  # the README's W8A8 rows (they predate session 31's codes;
   # H100, session 47: 70-146 s of compiles a shape -- ROWS8_SHAPES=llama3-8b, ... one a call)
   timeout "${T_ROWS8:-300}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
-    --modes default --formats fp8_ptpc,fp8_block,fp8_per_tensor --shapes "${ROWS8_SHAPES:-all}" \
+    --modes "${ROWS8_MODES:-default}" --formats "${ROWS8_FORMATS:-fp8_ptpc,fp8_block,fp8_per_tensor}" \
+    --shapes "${ROWS8_SHAPES:-all}" \
     --m "${M_ROWS8:-1,16,256,1024,4096}" --out "$OUT/rows8" > "$OUT/rows8.log" 2>&1
   echo "rows8 rc=$?"; tail -3 "$OUT/rows8.log" | cut -c1-200
 fi
@@ -207,46 +206,13 @@ if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests,
   timeout "${T_WGDET_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short \
     tests/kernels/test_fp8_block_det.py > "$OUT/pytest_wgdet.log" 2>&1
   echo "pytest wgdet rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_wgdet.log"
+  BITWISE=(); [[ -v WGDET_BITWISE ]] && BITWISE=(--bitwise-shapes "$WGDET_BITWISE")
   timeout "${T_WGDET:-340}" python3 benchmarks/probe_det_block_mgpu.py \
     --shapes "${WGDET_SHAPES:-4096x4096,7168x36864,14336x4096}" \
-    --m "${WGDET_M:-1,16,32,64,128,256,1024,4096}" --out "$OUT/det_block.json" \
-    > "$OUT/det_block.log" 2>&1
-  echo "det_block rc=$?"; grep -E "^\{|fp8_block" "$OUT/det_block.log" | cut -c1-118 | tail -150
-fi
-if [[ $STAGES == *blockcheck* ]]; then  # session 51: the weight scales one 128-byte row a tile
-  timeout "${T_BC_TESTS:-170}" "${GPU_ENV[@]}" python3 -m pytest -q -p no:cacheprovider -m gpu \
-    --tb=short -n "$(gpu_workers 3)" \
-    tests/kernels/test_fp8_block_mgpu.py tests/kernels/test_fp8_block_det.py \
-    > "$OUT/pytest_blockcheck.log" 2>&1
-  echo "pytest blockcheck rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_blockcheck.log"
-  timeout "${T_BC_PARK:-80}" python3 benchmarks/probe_det_block_mgpu.py --shapes 4096x4096,8192x8192 \
-    --m 4096 --bitwise-shapes "" --out "$OUT/det_block_cols.json" > "$OUT/det_block_cols.log" 2>&1
-  echo "park cols rc=$?"; grep -E "fp8_block|bf16" "$OUT/det_block_cols.log" | grep -v "^\[" | cut -c1-120
-  AB=(--reps 3 --xla-ref-max-m 0 --modes default --formats fp8_block
-      --shapes 7168x36864,4096x4096 --m 256,4096)
-  timeout 45 python3 benchmarks/bench_matmul.py "${AB[@]}" --out "$OUT/ab_new" > "$OUT/ab_new.log" 2>&1
-  echo "scales new rc=$?"
-  if [[ -n ${OLD:-} ]]; then
-    (cd "$OLD" && PYTHONPATH=. timeout 45 python3 benchmarks/bench_matmul.py "${AB[@]}" \
-      --out "$OUT/ab_old" > "$OUT/ab_old.log" 2>&1; echo "scales old rc=$?")
-  fi
-  for f in "$OUT"/ab_*.log; do echo "$f"; grep -E "fp8_block|bf16" "$f" | grep -v "^\[" | cut -c1-120; done
-  timeout "${T_BC_ROWS:-200}" python3 benchmarks/bench_matmul.py --reps 3 --xla-ref-max-m 0 \
-    --modes default,det --formats fp8_block --shapes all --m 4096 --out "$OUT/block_m4096" \
-    > "$OUT/block_m4096.log" 2>&1
-  echo "block m4096 rc=$?"; grep -E "fp8_block|bf16" "$OUT/block_m4096.log" | grep -v "^\[" | cut -c1-120
-fi
-if [[ $STAGES == *parkcols* ]]; then  # session 51: park_cols=96 for det_launch?
-  timeout "${T_PC_TESTS:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -p no:cacheprovider -m gpu \
-    --tb=short -n "$(gpu_workers 3)" tests/kernels/test_fp8_block_det.py -k launches \
-    > "$OUT/pytest_parkcols.log" 2>&1
-  echo "pytest parkcols rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_parkcols.log"
-  for r in 1 2; do
-    timeout "${T_PC:-150}" python3 benchmarks/probe_det_block_mgpu.py --bitwise-shapes "" --m 4096 \
-      --shapes "${PC_SHAPES:-4096x4096,8192x8192,14336x4096,8192x10240,7168x24576}" \
-      --out "$OUT/parkcols_$r.json" > "$OUT/parkcols_$r.log" 2>&1
-    echo "parkcols $r rc=$?"; grep -E "pallas_fp8_block|park" "$OUT/parkcols_$r.log" | cut -c1-120
-  done
+    --m "${WGDET_M:-1,16,32,64,128,256,1024,4096}" \
+    "${BITWISE[@]}" --out "$OUT/det_block${WGDET_RUN:-}.json" \
+    > "$OUT/det_block${WGDET_RUN:-}.log" 2>&1
+  echo "det_block rc=$?"; grep -E "^\{|fp8_block" "$OUT/det_block${WGDET_RUN:-}.log" | cut -c1-118 | tail -150
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
   timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \

@@ -100,11 +100,6 @@ DET_FOLD_KERNELS = ("fp8_a16_decode_mgpu",)
 FP8_X_MAX_M = 128
 
 
-# The x scales' pipeline buffer holds rows of at least 128 bytes (TMA's shared-memory
-# alignment; session 49: one 8- or 16-value row a stage faulted, 64-row tiles ran)
-XS_MIN_COLS = TMA_ROW_F32
-
-
 def x_tile_rows(m: int) -> int:
     """plain_slabs' x tile for M rows: 8, 16, or M rounded up to a multiple of 16."""
     return 8 if m <= 8 else -(-m // 16) * 16
@@ -459,9 +454,10 @@ def plain_slabs(x: jax.Array, w: jax.Array, scales: jax.Array | None = None, *, 
                          f"e4m3), got {m}")
     block_m = x_tile_rows(m)
     xs_rows = None
-    # one row of x scales a K-block, streamed beside its tiles, at least XS_MIN_COLS wide (rows
-    # past M: ones -- x's rows there are TMA's zeros)
-    xs_cols = max(block_m, XS_MIN_COLS)
+    # one row of x scales a K-block, streamed beside its tiles, at least 128 bytes wide (TMA's
+    # shared-memory alignment; session 49: rows of 8 / 16 values faulted); rows past M: ones
+    # -- x's rows there are TMA's zeros
+    xs_cols = max(block_m, TMA_ROW_F32)
     if fp8_x:
         xs_rows = jnp.pad(x_scales.astype(F32).T, ((0, 0), (0, xs_cols - m)),
                           constant_values=1.0)

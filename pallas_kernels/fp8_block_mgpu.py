@@ -63,6 +63,11 @@ def park_add(slot, run: jax.Array) -> None:
         piece[...] = plgpu.load(piece, layout=plgpu.Layout.WGMMA) + run[:, c:c + PARK_CHUNK]
 
 
+def _multiple(count, of: int):
+    """count (a traced step index) is a multiple of `of` -- the remainder by a floor divide."""
+    return count - (count // of) * of == 0
+
+
 def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: int,
             group_m: int, persistent: bool, k_parts: int, spread: bool, park: bool,
             park_cols: int):
@@ -116,11 +121,9 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
                 if part_blocks % blocks == 0 and j != blocks - 1:
                     return carry  # (parts of whole steps close after a step's last block)
                 done = idx[0] * blocks + j + 1  # K-blocks promoted
-                ends = done - (done // part_blocks) * part_blocks == 0
-                return lax.cond(ends, close, lambda r, k: (r, k), *carry)
+                return lax.cond(_multiple(done, part_blocks), close, lambda r, k: (r, k), *carry)
             return step(carry, after)
-        i = idx[0] + 1
-        ends = i - (i // (part_blocks // blocks)) * (part_blocks // blocks) == 0
+        ends = _multiple(idx[0] + 1, part_blocks // blocks)  # (steps done)
         run, grand = carry  # this part's running total; the finished parts' sum
         run = step(run)
         zero = zero_total(run.shape)
