@@ -29,7 +29,8 @@ the same process), adding what the group-scaled kernels need to be judged:
     PREDECODE_MIN_M, M = 1024 / 2048), detother2048 (deterministic mode's other decode than
     the dispatcher's at M = 2048, 11 shapes), smallmdense (weight-only at M = 1-16: the
     Mosaic kernel beside the dense path with XLA's dequantization and with the Pallas pass),
-    kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), grid.
+    kparts (default mode's K ranges as in-CTA parts at M = 128 / 256), mxmma (MXFP8 W8A8 on
+    Mosaic GPU fp8 MMAs beside the dispatcher's bf16 route, M = 1024 / 4096), grid.
 """
 
 from __future__ import annotations
@@ -138,6 +139,23 @@ def large_ops(k: int, n: int) -> list[bench.Op]:
     ops.append(_variant("mxfp8", "fp8mma64x128x128w4", mxfp8_variant="fp8mma",
                         config=C(64, 128, 128, num_warps=4, num_stages=4)))
     return ops
+
+
+# mxmma_ops (session 52): MXFP8 W8A8's fp8-MMA route at prefill M, on four of the shapes
+MXMMA_SHAPES = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 28672),
+                ("deepseek-v3", 7168, 24576), ("llama3-8b", 4096, 4096)]
+
+
+def mxmma_ops(k: int, n: int) -> list[bench.Op]:
+    """MXFP8 W8A8 with fp8 wgmma on Mosaic GPU (pallas_kernels.mx_fp8_mgpu: each 32-wide chunk
+    scaled by its two scales in float32, two or four chunks' wgmmas in flight) beside the
+    dispatcher's route (exact bf16 operands, one XLA dot), bf16 `jnp.dot` and
+    scaled_dot_general. Prediction (docs/targets.md: the scaling's >= 2 FP32 instructions per
+    element and chunk cap it near half the fp8 peak, ~990 TFLOP/s, with perfect overlap):
+    450-650 TFLOP/s at M = 4096 -- 0.6-0.9x bf16, behind the bf16 route's ~0.98x."""
+    del k, n
+    return [bench.bf16_op(), _sdg_op(), _auto("mxfp8")] + [
+        _variant("mxfp8", v, mxfp8_variant=v) for v in ("fp8mma_mgpu", "fp8mma_mgpu_f4")]
 
 
 MID_SHAPES = [("llama3-70b", 8192, 8192), ("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096)]
@@ -795,6 +813,8 @@ def main(argv=None) -> int:
             plan.append((MIDM_SHAPES, (256, 512, 768), mid_m_ops))
         elif part == "mid":
             plan.append((MID_SHAPES, (64, 256), mid_ops))
+        elif part == "mxmma":  # MXFP8 W8A8 on Mosaic GPU fp8 MMAs (session 52)
+            plan.append((MXMMA_SHAPES, (1024, 4096), mxmma_ops))
         elif part == "det":
             plan.append((MID_SHAPES, (1, 16, 256, 4096), det_ops))
         elif part == "grid":
