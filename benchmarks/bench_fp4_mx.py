@@ -823,7 +823,7 @@ def main(argv=None) -> int:
                          lambda k, n: grid_ops(tuple(args.formats.split(",")))))
     for shapes, ms, make_ops in plan:
         if args.tiny:
-            shapes, ms = [("tiny", 256, 128)], tuple(min(m, 32) for m in ms)
+            shapes, ms = [("tiny", 256, 128)], tuple(sorted({min(m, 32) for m in ms}))
         for model, k, n in shapes:
             ops = make_ops(k, n)
             if args.tiny:
