@@ -23,7 +23,8 @@ multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, fl
 accumulation, measured faster there. Both passes are group_dequant's Pallas kernel where its
 tiles fit the weight (session 21), else XLA's dequantization: the same bits.
 pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is
-available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower. Quantized
+available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower (its Mosaic GPU
+form, "fp8mma_mgpu" / "fp8mma_mgpu_f4", session 52, is not yet timed). Quantized
 activations are computed here, before the kernel, by the XLA reference's rule
 (`quantize_activation`: two XLA fusions, the amax and one pass, since session 30) -- on the GPU
 by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand, session
