@@ -50,6 +50,21 @@ def test_interpreter_matches_float64(rng, m, n, k, in_flight, programs, out_dtyp
     assert_within_bound(y, ref, bound, CPU_ACC_RTOL, out_dtype)  # (finite: no NaN poison left)
 
 
+@pytest.mark.parametrize("in_flight", [2, 4])
+def test_interpreter_finds_no_races(rng, in_flight):
+    """The interpreter's race detector over the TMA / wgmma / shared-memory traffic, with no
+    more K-steps than stages (as test_fp8_block_mgpu's: this jax's detector misreports the
+    scale rows' loads racing a stage's refill)."""
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as gpu_interpret
+    xq, xs, w, ws = _operands(rng, 130, 256, 256)
+    gpu_interpret.reset_gpu_interpret_mode_state()
+    y = mxfp8_matmul_mgpu(xq, xs, w, ws, in_flight=in_flight,
+                          interpret=plgpu.InterpretGPUParams(detect_races=True))
+    assert np.isfinite(np.asarray(y, np.float32)).all()
+    assert not gpu_interpret.get_races().races_found
+
+
 def test_variant_matches_the_formats_reference(rng):
     """Through mxfp8_w8a8_matmul's variants: the activation's MX codes by the format's rule, the
     stored weight's e8m0 scales decoded -- the XLA reference's product within float32 sums."""
