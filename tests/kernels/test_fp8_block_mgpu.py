@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from float64_bound import (GPU_ACC_RTOL_FP8, assert_within_bound,
                            block_w8a8_float64 as _float64, block_w8a8_operands as _operands)
+from interpreter_races import run_checking_races
 from pallas_kernels.fp8_block_mgpu import fp8_block_matmul_mgpu
 from pallas_kernels.mgpu_common import tile_index
 
@@ -55,14 +55,10 @@ def test_interpreter_finds_no_races(rng, blocks):
     thread arrives on the consumed barrier with release semantics after its loads; a
     ten-line pipeline with one compute warpgroup and one load shows the same report
     (benchmarks/NOTES.md, session 5)."""
-    import jax.experimental.pallas.mosaic_gpu as plgpu
-    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as gpu_interpret
     xq, xs, w, ws = _operands(rng, 130, 256, 512)
-    gpu_interpret.reset_gpu_interpret_mode_state()
-    y = fp8_block_matmul_mgpu(xq, xs, w, ws, blocks_per_step=blocks,
-                              interpret=plgpu.InterpretGPUParams(detect_races=True))
-    assert np.isfinite(np.asarray(y, np.float32)).all()
-    assert not gpu_interpret.get_races().races_found
+    _, races = run_checking_races(lambda params: fp8_block_matmul_mgpu(
+        xq, xs, w, ws, blocks_per_step=blocks, interpret=params))
+    assert not races
 
 
 @pytest.mark.parametrize("blocks,programs", [(1, None), (2, None), (2, 4)])

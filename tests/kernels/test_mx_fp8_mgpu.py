@@ -13,6 +13,7 @@ import pytest
 
 import jqlin
 from float64_bound import GPU_ACC_RTOL_FP8, assert_within_bound
+from interpreter_races import run_checking_races
 from pallas_kernels.mx_fp8 import mxfp8_w8a8_matmul
 from pallas_kernels.mx_fp8_mgpu import CHUNK, mxfp8_matmul_mgpu
 
@@ -55,14 +56,10 @@ def test_interpreter_finds_no_races(rng, in_flight):
     """The interpreter's race detector over the TMA / wgmma / shared-memory traffic, with no
     more K-steps than stages (as test_fp8_block_mgpu's: this jax's detector misreports the
     scale rows' loads racing a stage's refill)."""
-    import jax.experimental.pallas.mosaic_gpu as plgpu
-    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as gpu_interpret
     xq, xs, w, ws = _operands(rng, 130, 256, 256)
-    gpu_interpret.reset_gpu_interpret_mode_state()
-    y = mxfp8_matmul_mgpu(xq, xs, w, ws, in_flight=in_flight,
-                          interpret=plgpu.InterpretGPUParams(detect_races=True))
-    assert np.isfinite(np.asarray(y, np.float32)).all()
-    assert not gpu_interpret.get_races().races_found
+    _, races = run_checking_races(lambda params: mxfp8_matmul_mgpu(
+        xq, xs, w, ws, in_flight=in_flight, interpret=params))
+    assert not races
 
 
 def test_variant_matches_the_formats_reference(rng):
