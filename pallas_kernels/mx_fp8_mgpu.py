@@ -123,7 +123,8 @@ def mxfp8_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: 
     of two (decoded e8m0). N and K multiples of 128; M any (padded to 128-row tiles).
     stages: pipeline steps (128-wide K-blocks) in flight. in_flight: chunks whose wgmmas are
     issued before the first is scaled (1, 2 or 4; each a 64 x 128 float32 accumulator a
-    warpgroup). group_m: tile rows launched together (mgpu_common.tile_index). programs: None,
+    warpgroup, 64 registers a thread beside the total's 64: with 4, 320 against the 232 a
+    compute thread gets -- expect spills). group_m: tile rows launched together (mgpu_common.tile_index). programs: None,
     one CTA per 128 x 128 tile; an int, that many persistent CTAs (None on a GPU: the SMs).
     interpret: Mosaic GPU's interpreter (CPU), or its parameters."""
     m, k = xq.shape
