@@ -40,12 +40,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import cdiv, current_k_shards
+from .common import current_k_shards
 from .fp8_heuristics import num_sms
 from .launch import sum_device_splits
 from .mgpu_common import (BLOCK, TMA_ROW_F32, WG_ROWS, block_scale_tiles, mgpu_kernel,
-                          store_rows, store_wg_rows, swizzled, tile_index, warpgroup_pipeline,
-                          zero_total)
+                          pad_x_tiles, store_rows, store_wg_rows, swizzled, tile_index,
+                          walk_tiles, warpgroup_pipeline, zero_total)
 
 __all__ = ["fp8_block_matmul_mgpu", "launch_params", "BLOCK"]
 
@@ -192,14 +192,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, blocks: 
                 x_gmem.at[m_slice], w_gmem.at[n_slice], xs_gmem.at[:, m_slice],
                 ws_gmem.at[:, pl.ds(n_idx * TMA_ROW_F32, TMA_ROW_F32)], allocations=allocs)
 
-        if persistent:  # each CTA walks tiles t, t + programs, ...: the TMA warpgroup
-            # prefetches the next tile's operands while the compute warpgroups finish this
-            # one, and this tile's output store overlaps the next tile's MMAs
-            @plgpu.nd_loop((tiles * ranges,), collective_axes="tile")
-            def _tiles(info):
-                run_tile(info.index[0])
-        else:
-            run_tile(lax.axis_index("tile"))
+        walk_tiles(run_tile, tiles * ranges, persistent)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -278,10 +271,7 @@ def fp8_block_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_sca
     if park and (spread or k_parts == 1):
         raise ValueError("park holds the sum of K parts folded in the CTA: it needs "
                          "k_parts > 1 and spread=False")
-    mp = cdiv(m, BLOCK) * BLOCK
-    if mp != m:  # padding rows: zero codes, unit scales; sliced off below
-        xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
-        x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
+    xq, x_scale, mp = pad_x_tiles(xq, x_scale)  # (the padding rows sliced off below)
     ctas = mp // BLOCK * (n // BLOCK) * (k_parts if spread else 1)
     xs_rows = x_scale.astype(F32).T  # (K/128, M): one TMA row per K-block
     ws_tiles = block_scale_tiles(w_scale)  # (K/128, N/128 * 32)

@@ -21,7 +21,7 @@ from .common import finish_rows
 
 __all__ = ["BLOCK", "WG_ROWS", "SMEM_BYTES", "swizzled", "tile_index", "warpgroup_pipeline",
            "store_rows", "store_wg_rows", "store_piece", "zero_total", "weight_scale_rows",
-           "TMA_ROW_F32", "block_scale_tiles",
+           "TMA_ROW_F32", "block_scale_tiles", "walk_tiles", "pad_x_tiles",
            "interpret_params", "mgpu_kernel", "COMPUTE_WGS", "RowFinish",
            "finish_rows", "div_full"]
 
@@ -52,6 +52,30 @@ def tile_index(t, m_tiles: int, n_tiles: int, group_m: int):
     first_m = (t // width) * group_m
     rows = jnp.minimum(m_tiles - first_m, group_m)
     return first_m + (t % width) % rows, (t % width) // rows
+
+
+def walk_tiles(run_tile, count: int, persistent: bool) -> None:
+    """run_tile(t) for this CTA's launch indices t < count: persistent, every programs-th from
+    its own (the TMA warpgroup prefetches the next tile's operands while the compute
+    warpgroups finish this one, and this tile's output store overlaps the next tile's MMAs);
+    else the CTA's one index (a CTA per tile)."""
+    if persistent:
+        @plgpu.nd_loop((count,), collective_axes="tile")
+        def _tiles(info):
+            run_tile(info.index[0])
+    else:
+        run_tile(lax.axis_index("tile"))
+
+
+def pad_x_tiles(xq: jax.Array, x_scale: jax.Array) -> tuple[jax.Array, jax.Array, int]:
+    """x's codes and scales padded to whole 128-row tiles -- zero codes, unit scales: rows the
+    caller slices off -- and the padded row count."""
+    m = xq.shape[0]
+    mp = -(-m // BLOCK) * BLOCK
+    if mp != m:
+        xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
+        x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
+    return xq, x_scale, mp
 
 
 MEMORY_REGISTERS = 40  # per thread of the TMA warpgroup (setmaxnreg.dec)

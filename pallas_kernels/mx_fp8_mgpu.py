@@ -30,10 +30,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from .common import cdiv
 from .fp8_heuristics import num_sms
-from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, store_rows, swizzled, tile_index,
-                          warpgroup_pipeline)
+from .mgpu_common import (BLOCK, WG_ROWS, mgpu_kernel, pad_x_tiles, store_rows, swizzled,
+                          tile_index, walk_tiles, warpgroup_pipeline)
 
 __all__ = ["mxfp8_matmul_mgpu", "CHUNK"]
 
@@ -104,12 +103,7 @@ def _kernel(x_gmem, w_gmem, xs_gmem, ws_gmem, out_gmem, *, stages: int, in_fligh
                                     xs_gmem.at[:, m_slice], ws_gmem.at[:, n_slice],
                                     allocations=allocs)
 
-        if persistent:  # each CTA walks tiles t, t + programs, ... (as fp8_block_mgpu)
-            @plgpu.nd_loop((tiles,), collective_axes="tile")
-            def _tiles(info):
-                run_tile(info.index[0])
-        else:
-            run_tile(lax.axis_index("tile"))
+        walk_tiles(run_tile, tiles, persistent)
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -124,8 +118,9 @@ def mxfp8_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: 
     stages: pipeline steps (128-wide K-blocks) in flight. in_flight: chunks whose wgmmas are
     issued before the first is scaled (1, 2 or 4; each a 64 x 128 float32 accumulator a
     warpgroup, 64 registers a thread beside the total's 64: with 4, 320 against the 232 a
-    compute thread gets -- expect spills). group_m: tile rows launched together (mgpu_common.tile_index). programs: None,
-    one CTA per 128 x 128 tile; an int, that many persistent CTAs (None on a GPU: the SMs).
+    compute thread gets -- expect spills). group_m: tile rows launched together
+    (mgpu_common.tile_index). programs: None, one CTA per 128 x 128 tile; an int, that many
+    persistent CTAs (None on a GPU: the SMs).
     interpret: Mosaic GPU's interpreter (CPU), or its parameters."""
     m, k = xq.shape
     n = w.shape[0]
@@ -148,10 +143,7 @@ def mxfp8_matmul_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: 
     if programs is not None and not (isinstance(programs, int) and programs >= 1):
         raise ValueError(f"mxfp8_matmul_mgpu: programs must be None or a positive int, got "
                          f"{programs!r}")
-    mp = cdiv(m, BLOCK) * BLOCK
-    if mp != m:  # padding rows: zero codes, unit scales; sliced off below
-        xq = jnp.pad(xq, ((0, mp - m), (0, 0)))
-        x_scale = jnp.pad(x_scale, ((0, mp - m), (0, 0)), constant_values=1.0)
+    xq, x_scale, mp = pad_x_tiles(xq, x_scale)  # (the padding rows sliced off below)
     ctas = mp // BLOCK * (n // BLOCK)
     if programs is None and not interpret:
         programs = num_sms()
