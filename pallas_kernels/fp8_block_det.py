@@ -79,10 +79,17 @@ LAUNCHES = ("decode", "fold", "spread")
 # shared memory, which the wgmmas also read; deferring a close under the next MMAs (lazy,
 # session 50) gained 0-2%. Parking 96 of the 128 columns (park_cols, the rest in registers;
 # session 51, h100_det_block_cols_s51.json) ran 3% ahead at K = 4096 / 8192 and 1% behind at
-# 14336 (M = 4096, one run); not taken until a repeat and its GPU bits agree (NOTES).
+# 14336 (M = 4096, one run). Session 53 repeated it twice (h100_det_block_c96_s53{,_2}.json,
+# M = 4096, us, parked at 128 columns / 96): 4096x4096 206.8 / 199.8, 8192x8192 664.3-689.8 /
+# 655.3-656.6, 8192x10240 819.0-819.2 / 791.1-791.3, 7168x24576 1693.2-1713.9 / 1639.1-1651.6
+# ahead; 14336x4096 590.6-591.0 / 604.0-604.1 behind. So a part of up to PARK_COLS_MAX_BLOCKS
+# K-blocks (K <= 8192 at 8 parts) parks 96 columns: with fewer K-blocks a part, closes are a
+# larger share of the time, and a quarter of them stays off shared memory.
 DECODE_ALWAYS_ROWS = 16
 DECODE_MAX_ROWS = 64
 CLUSTER_FINISH_MAX_M = 8
+PARK_COLS_MAX_BLOCKS = 8  # a part's K-blocks up to which the fold parks PARK_COLS_SHORT columns
+PARK_COLS_SHORT = 96
 
 
 class DetLaunch(NamedTuple):
@@ -129,8 +136,10 @@ def det_launch(m: int, n: int, k: int, *, out_dtype=jnp.bfloat16, interpret: boo
                          "added in K order after a gather: launch 'spread' (or None)")
     if kind == "spread":  # (a part's K-blocks must make whole steps)
         return DetLaunch(kind, local, blocks_per_step=2 if (k // BLOCK // local) % 2 == 0 else 1)
+    park = local > 1
+    short = park and k // BLOCK // local <= PARK_COLS_MAX_BLOCKS
     return DetLaunch(kind, local, blocks_per_step=2 if (k // BLOCK) % 2 == 0 else 1,
-                     park=local > 1)
+                     park=park, park_cols=PARK_COLS_SHORT if short else BLOCK)
 
 
 def fp8_block_det_mgpu(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: jax.Array, *,

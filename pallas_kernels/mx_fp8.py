@@ -8,7 +8,8 @@ Two kernels (benchmarks/NOTES.md has the measurements):
   * fp8 MMAs per 32-wide chunk (mx_fp8mma), W8A8 only, when asked for (variant="fp8mma"):
     the per-chunk scaling makes it CUDA-core bound, measured slower than the bf16 path.
     variant="fp8mma_mgpu" ("_f4": four chunks in flight) runs the same order on Mosaic GPU's
-    warp-specialized pipeline (mx_fp8_mgpu, session 52: not yet timed on a GPU).
+    warp-specialized pipeline (mx_fp8_mgpu, session 52): 354-444 TFLOP/s at M = 4096, 0.47-0.66x
+    bf16, where the bf16 path ran 661-771 (H100, session 53) -- so it is not dispatched.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ warpgroups each own 64 rows of a 128 x 128 output tile, each issuing two chunks'
 scaling the first. The bound (docs/targets.md): per output element and 32-deep chunk, 32 fp8
 MACs on the tensor cores against >= 2 FP32 instructions on the CUDA cores -- the scaling takes
 at least twice the MMAs' time, so ~half the fp8 peak with perfect overlap.
+Measured (H100, session 53, `bench_fp4_mx.py --parts mxmma`, h100_mxmma_s53.json): 354-430
+TFLOP/s at M = 4096 (four chunks in flight: 362-444, 2-6% ahead) on 4 shapes, 0.47-0.66x bf16
+`jnp.dot`, where the dispatcher's bf16 route ran 661-771 (0.88-1.14x) -- under half the bound
+above, and not enough to dispatch: the scaling's FP32 instructions share the compute
+warpgroups' issue slots with the scale loads and the wgmma waits.
 
 Numerics per output element (m, n), chunk c of 32: part = sum_k xq[m, k] * w[n, k] (one
 32-deep wgmma from a zeroed accumulator), then total += part * (x_scale[m, c] * w_scale[n, c])

@@ -23,8 +23,9 @@ multiplied by one XLA dot (pallas_kernels.mx_dense): the same exact operands, fl
 accumulation, measured faster there. Both passes are group_dequant's Pallas kernel where its
 tiles fit the weight (session 21), else XLA's dequantization: the same bits.
 pallas_kernels.fp4_matmul.mgpu_path is the rule. MXFP8 W8A8 with fp8 MMAs (mx_fp8mma) is
-available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower (its Mosaic GPU
-form, "fp8mma_mgpu" / "fp8mma_mgpu_f4", session 52, is not yet timed). Quantized
+available through `apply(..., mxfp8_variant="fp8mma")`; it measured slower, and so did its
+Mosaic GPU form ("fp8mma_mgpu" / "fp8mma_mgpu_f4": 0.47-0.66x bf16 at M = 4096 where this
+route ran 0.88-1.14x, H100, session 53, benchmarks/results/h100_mxmma_s53.json). Quantized
 activations are computed here, before the kernel, by the XLA reference's rule
 (`quantize_activation`: two XLA fusions, the amax and one pass, since session 30) -- on the GPU
 by one Pallas pass of the same rule instead (pallas_kernels.act_quant.nvfp4_operand, session

@@ -270,6 +270,13 @@ def _describe_path(kernel: str, m: int, qw: QuantizedWeight, spec: QuantSpec, x_
     return {**cfg.to_json(), "path": "pallas"}
 
 
+def _park_words(cols: int) -> str:
+    """explain()'s words for a fold's park of `cols` of its 128 columns."""
+    if cols == 128:
+        return ", their sum parked in shared memory"
+    return f", their sum parked in shared memory ({cols} of 128 columns; the rest in registers)"
+
+
 def _det_w8a8_note(launch: dict) -> str:
     """explain()'s words for fp8_block_det's launch (its DetLaunch as a dict)."""
     order = (f"deterministic order: K in {launch['parts']} parts, each K-block's chain times its "
@@ -283,7 +290,7 @@ def _det_w8a8_note(launch: dict) -> str:
         how = (f"128x128 output tiles, blocks_per_step={launch['blocks_per_step']}, the parts "
                + ("as CTAs of their own, added by XLA from float32 slabs"
                   if launch["kind"] == "spread" else "folded in each CTA"
-                  + (", their sum parked in shared memory" if launch["park"] else "")))
+                  + (_park_words(launch["park_cols"]) if launch["park"] else "")))
     return (f"mgpu (Mosaic GPU deterministic block W8A8, fp8_block_det, launch "
             f"'{launch['kind']}': {how}; {order})")
 

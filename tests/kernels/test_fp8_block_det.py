@@ -110,12 +110,30 @@ def test_det_launch_by_m(monkeypatch):
     # the fold parks its parts' sum in shared memory, at two K-blocks a step: also where a
     # part's 7 K-blocks close inside a step (measured, session 50: park 201.3 us, one K-block a
     # step in registers 206.8 at 4096^3; 14336x4096 598.3 / 681.3)
-    assert det_launch(4096, 4096, 4096) == DetLaunch("fold", 8, blocks_per_step=2, park=True)
-    assert det_launch(4096, 36864, 7168) == DetLaunch("fold", 8, blocks_per_step=2, park=True)
+    # and parts of up to 8 K-blocks park 96 of their 128 columns (session 53, two runs: 3-4%
+    # ahead at K = 4096 / 7168 / 8192, 2% behind at 14336)
+    assert det_launch(4096, 4096, 4096) == DetLaunch("fold", 8, blocks_per_step=2, park=True,
+                                                     park_cols=96)
+    assert det_launch(4096, 36864, 7168) == DetLaunch("fold", 8, blocks_per_step=2, park=True,
+                                                      park_cols=96)
+    assert det_launch(4096, 4096, 14336) == DetLaunch("fold", 8, blocks_per_step=2, park=True)
     assert det_launch(256, 4096, 14336).blocks_per_step == 2  # 8 parts of 14 K-blocks
     assert det_launch(256, 4096, 7168, kind="spread").blocks_per_step == 1  # 8 parts of 7
     # (one part: no slabs, nothing to park; K = 384's three K-blocks, one a step)
     assert det_launch(64, 4096, 384, interpret=True) == DetLaunch("fold", 1)
+
+
+def test_explain_names_the_parked_columns(monkeypatch):
+    """explain()'s words for the fold say how much of the parts' sum is parked (a GPU's launch:
+    the interpreter always spreads)."""
+    from jqlin.kernels.pallas_fp8 import _det_w8a8_note
+    import pallas_kernels.fp8_heuristics as heur
+    monkeypatch.setattr(det, "num_sms", lambda: 132)
+    monkeypatch.setattr(heur, "num_sms", lambda: 132)
+    short = _det_w8a8_note(det_launch(4096, 4096, 4096)._asdict())
+    assert "parked in shared memory (96 of 128 columns; the rest in registers)" in short, short
+    whole = _det_w8a8_note(det_launch(4096, 4096, 14336)._asdict())
+    assert "parked in shared memory;" in whole, whole
 
 
 def test_k_shards_spread_every_devices_parts():
