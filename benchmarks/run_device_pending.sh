@@ -33,7 +33,9 @@
 #   tests, then probe_det_block_mgpu.py's launches beside both modes; session 50 added park
 #   with 64 / 96 of 128 columns in shared memory, the rest in registers, measured in session
 #   51; WGDET_BITWISE: the probe's --bitwise-shapes if set ("" none), WGDET_RUN: a suffix of its
-#   files);
+#   files); suite1 / suite2 / suite3 (session 53: the whole GPU suite, `pytest -m gpu tests`, in
+#   three parts of one call each -- test_group_a16_mgpu; the two FP8 a16 Mosaic files; the rest
+#   -- logs $OUT/pytest_suite{1,2,3}.log; T_SUITE the box);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
@@ -202,6 +204,18 @@ if [[ $STAGES == *detspread* ]]; then  # session 48: deterministic W8A8's parts 
     --m "${SPREAD_M:-1,64,256,1024}" --out "$OUT/det_spread.json" > "$OUT/det_spread.log" 2>&1
   echo "det_spread rc=$?"; grep -E "fp8_" "$OUT/det_spread.log" | cut -c1-118 | tail -200
 fi
+SUITE_SPLIT=(tests/kernels/test_group_a16_mgpu.py
+             "tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_fp8_a16_decode_mgpu.py")
+for part in 1 2 3; do
+  [[ $STAGES == *suite$part* ]] || continue
+  if (( part < 3 )); then files=(${SUITE_SPLIT[part - 1]}); else
+    files=(tests)
+    for f in ${SUITE_SPLIT[@]}; do files+=(--ignore "$f"); done
+  fi
+  timeout "${T_SUITE:-560}" "${GPU_ENV[@]}" python3 -m pytest -q -rf -n "$(gpu_workers 6)" --tb=short \
+    -m gpu -p no:cacheprovider --durations=15 "${files[@]}" > "$OUT/pytest_suite$part.log" 2>&1
+  echo "pytest suite$part rc=$?"; grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$OUT/pytest_suite$part.log"
+done
 if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests, then its launches
   timeout "${T_WGDET_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short \
     tests/kernels/test_fp8_block_det.py > "$OUT/pytest_wgdet.log" 2>&1
