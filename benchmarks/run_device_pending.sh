@@ -33,9 +33,10 @@
 #   tests, then probe_det_block_mgpu.py's launches beside both modes; session 50 added park
 #   with 64 / 96 of 128 columns in shared memory, the rest in registers, measured in session
 #   51; WGDET_BITWISE: the probe's --bitwise-shapes if set ("" none), WGDET_RUN: a suffix of its
-#   files); suite1 / suite2 / suite3 (session 53: the whole GPU suite, `pytest -m gpu tests`, in
-#   three parts of one call each -- test_group_a16_mgpu; the two FP8 a16 Mosaic files; the rest
-#   -- logs $OUT/pytest_suite{1,2,3}.log; T_SUITE the box);
+#   files); suite1 .. suite4 (session 53: the whole GPU suite, `pytest -m gpu tests`, in four
+#   parts of one call each -- test_group_a16_mgpu; the two FP8 a16 Mosaic files; the FP8 / FP4
+#   dispatch kernels and the 4-bit decode; the rest -- logs $OUT/pytest_suite{1..4}.log; T_SUITE
+#   the box; on an H100 (3 workers) the rest as one part ran 126 of its 218 tests in 400 s);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
@@ -205,10 +206,12 @@ if [[ $STAGES == *detspread* ]]; then  # session 48: deterministic W8A8's parts 
   echo "det_spread rc=$?"; grep -E "fp8_" "$OUT/det_spread.log" | cut -c1-118 | tail -200
 fi
 SUITE_SPLIT=(tests/kernels/test_group_a16_mgpu.py
-             "tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_fp8_a16_decode_mgpu.py")
-for part in 1 2 3; do
+             "tests/kernels/test_fp8_block_a16_mgpu.py tests/kernels/test_fp8_a16_decode_mgpu.py"
+             "tests/kernels/test_pallas_fp8.py tests/kernels/test_pallas_fp4_gpu.py
+              tests/kernels/test_group_a16_decode_mgpu.py")
+for part in 1 2 3 4; do
   [[ $STAGES == *suite$part* ]] || continue
-  if (( part < 3 )); then files=(${SUITE_SPLIT[part - 1]}); else
+  if (( part < 4 )); then files=(${SUITE_SPLIT[part - 1]}); else
     files=(tests)
     for f in ${SUITE_SPLIT[@]}; do files+=(--ignore "$f"); done
   fi
