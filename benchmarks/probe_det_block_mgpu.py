@@ -73,13 +73,13 @@ def launch_ops(k: int, tiny: bool) -> list[bench.Op]:
                 for b in ((1, 2) if two else (1,))]
     # (the parts' sum in shared memory: session 49; closes inside a step, so two K-blocks a
     # step also where a part's K-blocks are odd: session 50)
-    if k % 256 == 0:
-        ops.append(op("fold_park_b2", "fold", blocks_per_step=2, park=True))
-        # (session 50: part of the parts' sum kept in registers -- 64 / 32 of its 128 columns
-        # a warpgroup row, 32 / 16 registers a thread -- so a close moves 1/2 / 3/4 the bytes)
-        ops += [op(f"fold_park_b2_c{c}", "fold", blocks_per_step=2, park=True, park_cols=c)
-                for c in (64, 96)]
-    ops.append(op("fold_park_b1", "fold", blocks_per_step=1, park=True))
+    if k % 256 == 0:  # (the whole park: det_launch parks 96 columns where parts are short)
+        ops.append(op("fold_park_b2", "fold", blocks_per_step=2, park=True, park_cols=128))
+        # (session 51: part of the parts' sum kept in registers -- 32 of its 128 columns a
+        # warpgroup row, 16 registers a thread -- so a close moves 3/4 the bytes; 64 columns
+        # ran behind 96 on 4 of 5 shapes, session 53; det_launch's choice at K <= 8192 since)
+        ops.append(op("fold_park_b2_c96", "fold", blocks_per_step=2, park=True, park_cols=96))
+    ops.append(op("fold_park_b1", "fold", blocks_per_step=1, park=True, park_cols=128))
     return ops
 
 
