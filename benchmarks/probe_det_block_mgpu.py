@@ -77,7 +77,8 @@ def launch_ops(k: int, tiny: bool) -> list[bench.Op]:
         ops.append(op("fold_park_b2", "fold", blocks_per_step=2, park=True, park_cols=128))
         # (session 51: part of the parts' sum kept in registers -- 32 of its 128 columns a
         # warpgroup row, 16 registers a thread -- so a close moves 3/4 the bytes; 64 columns
-        # ran behind 96 on 4 of 5 shapes, session 53; det_launch's choice at K <= 8192 since)
+        # ran behind 96 on 4 of 5 shapes, session 53, where 96 became det_launch's choice at
+        # K <= 8192)
         ops.append(op("fold_park_b2_c96", "fold", blocks_per_step=2, park=True, park_cols=96))
     ops.append(op("fold_park_b1", "fold", blocks_per_step=1, park=True, park_cols=128))
     return ops

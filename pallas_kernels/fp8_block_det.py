@@ -84,7 +84,7 @@ LAUNCHES = ("decode", "fold", "spread")
 # 655.3-656.6, 8192x10240 819.0-819.2 / 791.1-791.3, 7168x24576 1693.2-1713.9 / 1639.1-1651.6
 # ahead; 14336x4096 590.6-591.0 / 604.0-604.1 behind. So a part of up to PARK_COLS_MAX_BLOCKS
 # K-blocks (K <= 8192 at 8 parts) parks 96 columns: with fewer K-blocks a part, closes are a
-# larger share of the time, and a quarter of them stays off shared memory.
+# larger share of the time, and a quarter of each close's bytes stays in registers.
 DECODE_ALWAYS_ROWS = 16
 DECODE_MAX_ROWS = 64
 CLUSTER_FINISH_MAX_M = 8
