@@ -49,11 +49,9 @@ def test_bench_matmul_records_every_format_against_bf16(tmp_path):
 
 @pytest.mark.slow(27)
 def test_bench_fp4_mx_grid_mid_and_det_parts(tmp_path):
-    # --tiny caps the grid's M at 32: the default M list would time M=32 five times over (and
-    # M=16 runs M=1's code path in the script)
-    # (and each part's M capped at 32 once: session 52's mxmma part, M = 1024 / 4096, too)
-    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid,det,mxmma", "--m",
-          "1,32", "--reps", "1", "--out", str(tmp_path)], tmp_path)
+    # --tiny runs one M a part (its smallest, at most 32): grid and det M = 1, mid and mxmma 32
+    _run(["benchmarks/bench_fp4_mx.py", "--tiny", "--parts", "grid,mid,det,mxmma",
+          "--reps", "1", "--out", str(tmp_path)], tmp_path)
     labels = {r["label"] for r in _jsonl(tmp_path / "bench_fp4_mx.jsonl")}
     for fmt in ("nvfp4", "nvfp4_a16", "mxfp4", "mxfp4_a16", "mxfp8", "mxfp8_a16"):
         assert any(label.startswith(f"{fmt}:") for label in labels), (fmt, labels)
