@@ -824,8 +824,9 @@ def main(argv=None) -> int:
                          lambda k, n: grid_ops(tuple(args.formats.split(",")))))
     for shapes, ms, make_ops in plan:
         if args.tiny:
-            # (one M a part, at most 32: a smoke of the script -- the kernels' tests check
-            # the products; session 53: each part's whole M list tripled the det part's time)
+            # (one M a part, at most 32, each case run once: a smoke of the script -- the
+            # kernels' tests check the products; session 53: three Ms in the det part and a
+            # warm-up plus 8 interpreter calls a case were most of the smoke test's time)
             shapes, ms = [("tiny", 256, 128)], (min(*ms, 32),)
         for model, k, n in shapes:
             ops = make_ops(k, n)
