@@ -661,8 +661,9 @@ def main() -> int:
     lines += ["## Targets (issues 3 and 4)", "",
               "None of the speed targets is met on every shape on the H200 (block W8A8 at "
               "M >= 4096 met 750 TFLOP/s and 1.15x bf16 on the large-N shapes only, sessions 5 "
-              "and 7; on an H100, sessions 47-51, 750 TFLOP/s on all 11 and 1.15x on 10). `docs/targets.md` gives for each "
-              "target the newest measured figure and its run, the bound and the limiter."]
+              "and 7; on an H100, sessions 47-51, 750 TFLOP/s on all 11 and 1.15x on 10). "
+              "`docs/targets.md` gives for each target the newest measured figure and its run, "
+              "the bound and the limiter."]
     (HERE / "REPORT.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'REPORT.md'}")
     return 0

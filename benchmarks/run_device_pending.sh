@@ -215,9 +215,11 @@ for part in 1 2 3 4; do
     files=(tests)
     for f in ${SUITE_SPLIT[@]}; do files+=(--ignore "$f"); done
   fi
-  timeout "${T_SUITE:-560}" "${GPU_ENV[@]}" python3 -m pytest -q -rf -n "$(gpu_workers 6)" --tb=short \
-    -m gpu -p no:cacheprovider --durations=15 "${files[@]}" > "$OUT/pytest_suite$part.log" 2>&1
-  echo "pytest suite$part rc=$?"; grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$OUT/pytest_suite$part.log"
+  timeout "${T_SUITE:-560}" "${GPU_ENV[@]}" python3 -m pytest -q -rf -n "$(gpu_workers 6)" \
+    --tb=short -m gpu -p no:cacheprovider --durations=15 "${files[@]}" \
+    > "$OUT/pytest_suite$part.log" 2>&1
+  echo "pytest suite$part rc=$?"
+  grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$OUT/pytest_suite$part.log"
 done
 if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests, then its launches
   timeout "${T_WGDET_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=short \

@@ -61,8 +61,8 @@ def mxfp8_w8a8_matmul(xq: jax.Array, x_scale: jax.Array, w: jax.Array, w_scale: 
                       poison: bool = False) -> jax.Array:
     """MXFP8 x MXFP8: xq e4m3 (M, K) codes with float32 scales (M, K/32) = 2**(u-127).
 
-    variant: one of VARIANTS or None (= "bf16"; the fp8-MMA ones only when asked: "fp8mma"
-    measured slower, the Mosaic GPU ones -- N and K multiples of 128 -- are untimed).
+    variant: one of VARIANTS or None (= "bf16"; the fp8-MMA ones only when asked: each
+    measured slower -- the Mosaic GPU ones take N and K multiples of 128).
     """
     m, k = xq.shape
     if variant is None:
