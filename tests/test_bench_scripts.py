@@ -3,21 +3,18 @@ never the first run of an edited script. Timings here mean nothing; the records'
 
 import pytest
 import json
-import os
 import pathlib
 import subprocess
 import sys
+
+from cpu_subprocess import cpu_subprocess_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _run(args, tmp_path, devices=1):
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    r = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([sys.executable, *args], cwd=REPO, env=cpu_subprocess_env(devices),
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     return r.stdout
 

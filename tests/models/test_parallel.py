@@ -2,15 +2,14 @@
 (a subprocess: the device count must be set before jax is imported). The same script runs on
 GPUs through the device tool (benchmarks/README in NOTES.md)."""
 
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from cpu_subprocess import cpu_subprocess_env
 
 SCRIPT = pathlib.Path(__file__).with_name("tp_check.py")
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow(120)
@@ -18,11 +17,8 @@ def test_llama_tensor_parallel_matches_one_device(fixtures_dir):
     # (one process for every group: split in two, CI's run of both beside other tests once
     # aborted in XLA's CPU all-reduce rendezvous -- one of the two host devices' threads never
     # arrived in 40 s, during check_collectives' eager sharded forward; NOTES session 19)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, str(SCRIPT), str(fixtures_dir), "2"], env=env,
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, str(SCRIPT), str(fixtures_dir), "2"],
+                       env=cpu_subprocess_env(2), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and "ALL OK" in r.stdout, (r.stdout + r.stderr)[-4000:]
     assert r.stdout.count("det_bitwise=True") >= 3  # every "column" layout is bitwise
     assert r.stdout.count("column deterministic devices=2: bitwise") == 4, r.stdout

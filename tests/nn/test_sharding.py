@@ -1,25 +1,21 @@
 """Tensor-parallel QuantDense on 8 CPU host devices vs the unsharded layer (in a subprocess:
 the device count must be set before jax is imported)."""
 
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from cpu_subprocess import cpu_subprocess_env
 
 from jqlin.nn import weight_partition_specs
 
 SCRIPT = pathlib.Path(__file__).with_name("sharding_check.py")
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_sharded_matches_unsharded_on_8_host_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
-                   [str(REPO), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run([sys.executable, str(SCRIPT)], env=cpu_subprocess_env(8),
+                       capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "ALL OK" in r.stdout, out[-4000:]
     assert out.count("\nok ") + out.startswith("ok ") >= 24, out[-4000:]
