@@ -36,7 +36,9 @@
 #   files); suite1 .. suite4 (session 53: the whole GPU suite, `pytest -m gpu tests`, in four
 #   parts of one call each -- test_group_a16_mgpu; the two FP8 a16 Mosaic files; the FP8 / FP4
 #   dispatch kernels and the 4-bit decode; the rest -- logs $OUT/pytest_suite{1..4}.log; T_SUITE
-#   the box; on an H100 (3 workers) the rest as one part ran 126 of its 218 tests in 400 s);
+#   the box; on an H100 (3 workers) the rest as one part ran 126 of its 218 tests in 400 s;
+#   session 54, H100, platform allocator, 6-8 workers: part 1 98 s, part 2 175 s, parts 3 / 4
+#   over 180 s -- suite2,suite3,suite4 with T_SUITE=180 ran all but 17, named in the logs);
 #   (padrows, session 46's PAD_Y_ROWS: measured
 #   in session 47 and removed);
 #   w8a8's tests include session 41's bounded per-token spec (fp8_ptpc_bounded);
