@@ -1,6 +1,6 @@
 """The environment of a test's CPU subprocess (a script that must set its host device count
 before jax is imported): this checkout first on PYTHONPATH, the CPU platform, and the caller's
-XLA_FLAGS kept (`./run test` sets one for every process) with the device count added."""
+XLA_FLAGS kept with the device count added."""
 
 import os
 import pathlib
