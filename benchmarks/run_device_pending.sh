@@ -53,14 +53,14 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 STAGES=${1:-tests,w8a8,act,mx}
 M_LIST=${M_LIST:-1,16,64,256,4096}; K_LIST=${K_LIST:-4096,8192}
 SHAPES=${SHAPES:-4096x4096,8192x8192}
-# Each pytest worker gets ~21 GB of GPU memory (0.15 of an H200): the 24576x7168 rows test of
-# test_group_a16_mgpu runs out at 12 GB (0.15 of an H100, session 39), so an H100 runs fewer
-# workers: gpu_workers N is N, or fewer where the card's memory says.
-TOTAL_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-WORKER_MIB=21000
-GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false
-         XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round($WORKER_MIB / $TOTAL_MIB, 3))"))
-gpu_workers() { python3 -c "print(max(1, min($1, int(0.9 * $TOTAL_MIB // $WORKER_MIB))))"; }
+# The pytest stages' environment (session 54): the platform allocator hands each test's GPU
+# memory back, so the one test that needs ~12+ GB (test_group_a16_mgpu's 24576x7168 rows; it
+# once set every worker's share, and an H100 ran 3 workers) no longer caps the workers -- the
+# tests' cost is host-side (compiles, numpy references) on 16 cores; one compilation cache for
+# them. The whole GPU suite passed so with 6-8 workers on an H100 (suite1 .. suite4 below).
+GPU_ENV=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform
+         JAX_COMPILATION_CACHE_DIR=/tmp/jqlin-pytest-cache
+         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5)
 # probe_finish NAME BOX ARGS...: probe_decode_finish.py ARGS into $OUT/NAME.{json,log}, its rows
 probe_finish() {
   local name=$1 box=$2; shift 2
@@ -71,7 +71,7 @@ probe_finish() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 if [[ $STAGES == *tests* ]]; then
-  timeout "${T_TESTS:-360}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" -rf --durations=5 \
+  timeout "${T_TESTS:-360}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 -rf --durations=5 \
     tests/kernels/test_act_quant.py tests/test_numerics.py tests/test_nonfinite_activations.py \
     tests/test_transforms.py tests/test_dispatch.py tests/test_formats.py tests/test_qweight.py \
     tests/test_closed_over_weights.py tests/test_subnormal_scales.py \
@@ -79,7 +79,7 @@ if [[ $STAGES == *tests* ]]; then
   tail -15 "$OUT/pytest_act.log" | cut -c1-300
 fi
 if [[ $STAGES == *w8a8* ]]; then
-  timeout "${T_W8A8:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -m gpu -n "$(gpu_workers 6)" -rf \
+  timeout "${T_W8A8:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -m gpu -n 6 -rf \
     tests/kernels/test_pallas_fp8.py \
     -k "(gpu_matches_reference or batch_invariant) and (ptpc or block or per_tensor) and not a16" \
     > "$OUT/pytest_w8a8.log" 2>&1; echo "pytest w8a8 rc=$?"
@@ -109,7 +109,7 @@ if [[ $STAGES == *mx* ]]; then
   done
 fi
 if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype, session 38's stacked parts)
-  timeout "${T_ODT_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+  timeout "${T_ODT_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
     -p no:cacheprovider tests/test_out_dtype.py > "$OUT/pytest_out_dtype.log" 2>&1
   echo "pytest out_dtype rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_out_dtype.log"
   timeout "${T_ODT:-200}" python3 benchmarks/bench_out_dtype.py --reps 3 \
@@ -119,14 +119,14 @@ if [[ $STAGES == *outdtype* ]]; then  # (session 36's out_dtype, session 38's st
   echo "bench out_dtype rc=$?"; grep -E "^probe" "$OUT/out_dtype.log" | cut -c1-200
 fi
 if [[ $STAGES == *kgpu* ]]; then  # every GPU test of the FP8 and 4-bit kernels (> 230 s)
-  timeout "${T_KTESTS:-500}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short -m gpu \
+  timeout "${T_KTESTS:-500}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short -m gpu \
     -p no:cacheprovider tests/kernels/test_pallas_fp8.py tests/kernels/test_pallas_fp4_gpu.py \
     > "$OUT/pytest_kernels.log" 2>&1
   echo "pytest kernels rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_kernels.log"
 fi
 if [[ $STAGES == *krest* ]]; then  # the other kernels' GPU tests and the GPU dispatch / numerics
   # tests (H100, -n 4 at 0.15: 363 tests, > 560 s; KREST_K: a -k filter)
-  timeout "${T_KREST:-560}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+  timeout "${T_KREST:-560}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
     -m gpu -p no:cacheprovider ${KREST_K:+-k "$KREST_K"} tests/kernels/test_act_quant.py \
     tests/kernels/test_fp8_a16_decode_mgpu.py tests/kernels/test_fp8_block_a16_mgpu.py \
     tests/kernels/test_fp8_block_mgpu.py tests/kernels/test_fp8_widen.py \
@@ -136,7 +136,7 @@ if [[ $STAGES == *krest* ]]; then  # the other kernels' GPU tests and the GPU di
   echo "pytest krest rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_krest.log"
 fi
 if [[ $STAGES == *ue8m0* ]]; then  # DeepSeek-V3.1 ue8m0 activations on the FP8 block kernel
-  timeout "${T_UE8M0_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+  timeout "${T_UE8M0_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 \
     --tb=short -p no:cacheprovider tests/kernels/test_act_quant.py tests/kernels/test_pallas_fp8.py \
     tests/test_numerics.py tests/checkpoint/test_handbuilt.py -k "deepseek or ue8m0" \
     > "$OUT/pytest_ue8m0.log" 2>&1
@@ -148,7 +148,7 @@ if [[ $STAGES == *ue8m0* ]]; then  # DeepSeek-V3.1 ue8m0 activations on the FP8 
   echo "bench ue8m0 rc=$?"; tail -3 "$OUT/ue8m0.log" | cut -c1-200
 fi
 if [[ $STAGES == *group* ]]; then  # session 40's e4m3_group_codes: GPU tests, then its A/B
-  timeout "${T_GROUP_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+  timeout "${T_GROUP_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 \
     --tb=short -p no:cacheprovider -m gpu tests/kernels/test_act_quant.py -k codes \
     > "$OUT/pytest_group.log" 2>&1
   echo "pytest group rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_group.log"
@@ -188,7 +188,7 @@ if [[ $STAGES == *rows4* ]]; then  # W+A 4-bit / MX rows at decode (the activati
     > "$OUT/rows4.log" 2>&1; echo "rows4 rc=$?"; tail -3 "$OUT/rows4.log" | cut -c1-200
 fi
 if [[ $STAGES == *finish* ]]; then  # session 42's in-kernel finish of the decode kernels
-  timeout "${T_FIN_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+  timeout "${T_FIN_TESTS:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
     -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
     tests/kernels/test_group_a16_decode_mgpu.py > "$OUT/pytest_finish.log" 2>&1
   echo "pytest finish rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finish.log"
@@ -217,15 +217,9 @@ for part in 1 2 3 4; do
     files=(tests)
     for f in ${SUITE_SPLIT[@]}; do files+=(--ignore "$f"); done
   fi
-  # session 54: the platform allocator hands each test's memory back, so the one test that
-  # needs ~12+ GB (24576x7168 rows) no longer sets every worker's share: SUITE_WORKERS
-  # processes (6) on any card -- the tests' cost is mostly host-side (compiles, numpy
-  # references), and the machine has 16 cores. -v names each test that passed and SIGINT at
-  # the box still prints the summary, so a part cut short says what is left; one compilation
-  # cache for the workers
-  timeout -s INT -k 20 "${T_SUITE:-560}" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
-    XLA_PYTHON_CLIENT_ALLOCATOR=platform JAX_COMPILATION_CACHE_DIR=/tmp/jqlin-suite-cache \
-    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5 \
+  # -v names each test that passed and SIGINT at the box still prints the summary, so a part
+  # cut short says what is left (session 54)
+  timeout -s INT -k 20 "${T_SUITE:-560}" "${GPU_ENV[@]}" \
     python3 -m pytest -v -rf -n "${SUITE_WORKERS:-6}" \
     --tb=short -m gpu -p no:cacheprovider --durations=15 "${files[@]}" \
     > "$OUT/pytest_suite$part.log" 2>&1
@@ -245,7 +239,7 @@ if [[ $STAGES == *wgdet* ]]; then  # session 49: fp8_block_det -- its GPU tests,
   echo "det_block rc=$?"; grep -E "^\{|fp8_block" "$OUT/det_block${WGDET_RUN:-}.log" | cut -c1-118 | tail -150
 fi
 if [[ $STAGES == *finrows* ]]; then  # session 43: the FP8 decode kernel's finish from N = 8192
-  timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+  timeout "${T_FR_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
     -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
     -k "in_kernel_finish or matches_float64" > "$OUT/pytest_finrows.log" 2>&1
   echo "pytest finrows rc=$?"; grep -E "FAILED|[0-9]+ (passed|failed)" "$OUT/pytest_finrows.log"
@@ -260,12 +254,12 @@ if [[ $STAGES == *divide* ]]; then  # session 44: the finishes divide as XLA:GPU
   timeout "${T_DIV:-90}" python3 -m pytest -q -s -p no:cacheprovider -m gpu \
     tests/kernels/test_mgpu_divide.py > "$OUT/pytest_divide.log" 2>&1
   echo "pytest divide rc=$?"; grep -E "not IEEE|[0-9]+ (passed|failed)" "$OUT/pytest_divide.log"
-  timeout "${T_DIV_FIN:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -n "$(gpu_workers 4)" \
+  timeout "${T_DIV_FIN:-150}" "${GPU_ENV[@]}" python3 -m pytest -q -n 4 \
     --tb=short -p no:cacheprovider -m gpu tests/kernels/test_group_a16_decode_mgpu.py \
     -k "${DIV_FIN_K:-in_kernel_finish}" > "$OUT/pytest_div_finish.log" 2>&1
   echo "pytest div finish rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
     "$OUT/pytest_div_finish.log" | head -20
-  timeout "${T_DIV_GROUP:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+  timeout "${T_DIV_GROUP:-300}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 \
     --tb=short -p no:cacheprovider -m gpu tests/kernels/test_group_a16_decode_mgpu.py \
     tests/kernels/test_group_a16_mgpu.py tests/kernels/test_pallas_fp4_gpu.py \
     -k "${DIV_K:-(nvfp4 or deterministic) and not in_kernel_finish}" \
@@ -282,7 +276,7 @@ if [[ $STAGES == *divtime* ]]; then  # session 44: div_full's finishes against 9
   done
 fi
 if [[ $STAGES == *detfin* ]]; then  # session 45: deterministic mode's in-kernel finish
-  timeout "${T_DF_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+  timeout "${T_DF_TESTS:-240}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 \
     --tb=short -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
     tests/kernels/test_group_a16_decode_mgpu.py -k deterministic_in_kernel_finish \
     > "$OUT/pytest_detfin.log" 2>&1
@@ -293,13 +287,13 @@ if [[ $STAGES == *detfin* ]]; then  # session 45: deterministic mode's in-kernel
     --shapes "${DF_SHAPES:-4096x4096,4096x6144,4096x28672,14336x4096}"
 fi
 if [[ $STAGES == *closed* ]]; then  # session 45: a closed-over weight's bits are a passed one's
-  timeout "${T_CLOSED:-150}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" --tb=short \
+  timeout "${T_CLOSED:-150}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 --tb=short \
     -p no:cacheprovider -m gpu tests/test_closed_over_weights.py > "$OUT/pytest_closed.log" 2>&1
   echo "pytest closed rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
     "$OUT/pytest_closed.log" | head -30
 fi
 if [[ $STAGES == *fold* ]]; then  # session 46: deterministic mode's folded decode launch
-  timeout "${T_FOLD_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n "$(gpu_workers 4)" \
+  timeout "${T_FOLD_TESTS:-200}" "${GPU_ENV[@]}" python3 -m pytest -v -n 4 \
     --tb=short -p no:cacheprovider -m gpu tests/kernels/test_fp8_a16_decode_mgpu.py \
     -k "folded or deterministic_order or deterministic_in_kernel" > "$OUT/pytest_fold.log" 2>&1
   echo "pytest fold rc=$?"; grep -E "Mismatch|M=|FAILED|[0-9]+ (passed|failed)" \
